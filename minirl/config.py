@@ -1,0 +1,203 @@
+"""`RLConfig`: every knob of PPO, GRPO and DAPO in one dataclass, and the presets that name them.
+
+The three algorithms are switches of one machine (DESIGN.md §3):
+
+| switch            | PPO                  | GRPO                    | DAPO                          |
+|-------------------|----------------------|-------------------------|-------------------------------|
+| advantage         | gae + critic         | group (r - mean) / std  | group                         |
+| samples / prompt  | 1                    | G                       | G                             |
+| clip              | 0.2 / 0.2            | 0.2 / 0.2               | 0.2 / 0.28 (clip-higher)      |
+| loss aggregation  | token-mean           | seq-mean-token-mean     | token-mean (token-level loss) |
+| KL to reference   | k1, in the reward    | k3, in the loss         | none                          |
+| dynamic sampling  | -                    | -                       | drop all-equal groups, refill |
+| overlong          | -                    | -                       | soft punishment               |
+
+`RLConfig.preset("dapo", dynamic_sampling=False)` is "DAPO without dynamic sampling", as in Lian 2025.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass, fields
+
+from .losses import AGGREGATION_MODES, KL_ESTIMATORS
+
+
+class ConfigError(ValueError):
+    """An RLConfig field has a value that is out of range or inconsistent with another field."""
+
+
+@dataclass
+class RLConfig:
+    # --- what is trained on, per step ---
+    algo: str = "grpo"  # a label for records and plots (set by `preset`); no behaviour depends on it
+    batch_size: int = 8  # prompts per rollout step
+    group_size: int = 8  # completions sampled per prompt (G); PPO uses 1
+    steps: int = 60  # rollout steps (each: sample, score, learn)
+    # --- optimisation ---
+    lr: float = 3e-5  # AdamW learning rate of the policy
+    epochs: int = 1  # mu: passes over each rollout (1 = on-policy, ratio stays 1 on the first pass)
+    minibatches: int = 1  # optimiser steps per epoch; the rollout is split into this many minibatches
+    micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = whole minibatch
+    max_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
+    warmup_steps: int = 0  # linear learning-rate warm-up, in optimiser steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    adam_beta1: float = 0.9  # AdamW beta1
+    adam_beta2: float = 0.999  # AdamW beta2 (TRL / verl default)
+    adam_eps: float = 1e-8  # AdamW epsilon
+    # --- policy loss ---
+    clip_low: float = 0.2  # epsilon_low: ratio is clipped below at 1 - clip_low
+    clip_high: float = 0.2  # epsilon_high: ratio is clipped above at 1 + clip_high (DAPO: 0.28)
+    dual_clip: float = 0.0  # dual-clip constant c > 1 (Ye et al. 2020) caps the loss of A < 0 tokens; 0 = off
+    loss_agg: str = "seq-mean-token-mean"  # how per-token losses become one number, see losses.aggregate
+    entropy_coef: float = 0.0  # bonus on the policy's entropy (subtracted from the loss)
+    # --- KL to a frozen reference (only then is a reference model kept) ---
+    kl_coef: float = 0.0  # beta; 0 = no KL term and no reference model
+    kl_estimator: str = "k3"  # k1 = l, k2 = l^2/2, k3 = exp(-l) - 1 + l with l = log pi - log pi_ref
+    kl_placement: str = "loss"  # "loss" (GRPO: + beta * KL in the loss) or "reward" (PPO: - beta * KL per token)
+    # --- advantages ---
+    advantage: str = "group"  # "gae" (PPO, needs a critic), "group" (GRPO/DAPO), "rloo" (leave-one-out)
+    adv_scale: str = "group"  # divide by the group's std, the batch's std, or "none" (Dr. GRPO)
+    adv_eps: float = 1e-4  # added to the std so near-uniform groups cannot blow advantages up
+    whiten_advantages: bool = False  # normalise advantages over the batch (PPO's usual trick)
+    gamma: float = 1.0  # discount per token (GAE)
+    lam: float = 0.95  # GAE lambda
+    # --- critic (PPO) ---
+    critic: str = "none"  # "none", "head" (value head on the policy trunk) or "separate" (own small model)
+    vf_coef: float = 0.5  # weight of the value loss
+    value_clip: float = 0.2  # PPO2 value clipping around the old values (0 = off)
+    critic_lr: float = 0.0  # learning rate of the critic's own parameters (0 = 10x lr)
+    # --- DAPO (Yu et al. 2025), each its own switch ---
+    dynamic_sampling: bool = False  # drop groups whose rewards are all equal, sample more until the batch is full
+    max_gen_batches: int = 4  # give up (clear error) after this many generation rounds per step
+    overlong_filter: bool = False  # truncated completions get no loss (mask them out)
+    overlong_punishment: bool = False  # soft length penalty in the last `overlong_cache` tokens (DAPO eq. 13)
+    overlong_cache: int = 4  # L_cache, in tokens; L_max is max_new_tokens
+    # --- sampling ---
+    temperature: float = 1.0  # sampling temperature; log-probs are always computed at this temperature
+    top_p: float = 1.0  # nucleus sampling mass
+    max_new_tokens: int = 16  # completion length limit (L_max)
+    # --- evaluation, checkpoints, reproducibility ---
+    eval_every: int = 10  # held-out evaluation every this many steps (0 = only at the end)
+    eval_n: int = 200  # held-out problems per evaluation
+    eval_sampled_k: int = 1  # samples per problem for the sampled (T = temperature) evaluation
+    checkpoint_every: int = 0  # save a checkpoint every this many steps (0 = only at the end); needs a run dir
+    mixed_precision: str = "no"  # "no", "bf16" or "fp16" (GPU), passed to accelerate
+    seed: int = 0  # seeds problem order, sampling and initialisation of new heads
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "RLConfig":
+        """A named starting point; keyword arguments override single fields. See PRESETS for sources."""
+        if name not in PRESETS:
+            raise ConfigError(f"preset name={name!r} is unknown; choose one of {sorted(PRESETS)}")
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"preset({name!r}) got unknown fields {sorted(unknown)}; see RLConfig's fields")
+        return cls(**{**PRESETS[name], "algo": name, **overrides}).validate()
+
+    def replace(self, **changes) -> "RLConfig":
+        return dataclasses.replace(self, **changes).validate()
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.batch_size * self.group_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RLConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"config has unknown fields {sorted(unknown)}")
+        return cls(**data).validate()
+
+    def validate(self) -> "RLConfig":
+        """Raise ConfigError naming the field, its value and what is allowed; return self if all is well."""
+
+        def need(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ConfigError(f"RLConfig.{name}={getattr(self, name)!r} is not allowed: {allowed}")
+
+        def is_int(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        for name in ("batch_size", "group_size", "steps", "epochs", "minibatches", "max_gen_batches",
+                     "max_new_tokens", "eval_n", "eval_sampled_k"):
+            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "use an integer >= 1")
+        for name in ("micro_batch_size", "warmup_steps", "eval_every", "checkpoint_every", "seed"):
+            need(is_int(getattr(self, name)) and getattr(self, name) >= 0, name, "use an integer >= 0")
+        need(isinstance(self.lr, (int, float)) and 0 < self.lr < 1, "lr", "use a number in (0, 1), e.g. 3e-5")
+        need(0 <= self.critic_lr < 1, "critic_lr", "use a number in [0, 1) (0 = 10 x lr)")
+        for name in ("max_grad_norm", "weight_decay", "entropy_coef", "kl_coef", "vf_coef", "value_clip"):
+            need(isinstance(getattr(self, name), (int, float)) and getattr(self, name) >= 0, name,
+                 "use a number >= 0")
+        need(0 < self.clip_low <= 1, "clip_low", "use a number in (0, 1] (the ratio is clipped at 1 - clip_low)")
+        need(0 < self.clip_high <= 1, "clip_high", "use a number in (0, 1] (the ratio is clipped at 1 + clip_high)")
+        need(self.dual_clip == 0 or self.dual_clip > 1, "dual_clip", "use 0 (off) or a number > 1, e.g. 3")
+        need(0 <= self.adam_beta1 < 1, "adam_beta1", "use a number in [0, 1)")
+        need(0 <= self.adam_beta2 < 1, "adam_beta2", "use a number in [0, 1)")
+        need(self.adam_eps > 0, "adam_eps", "use a number > 0")
+        need(self.adv_eps >= 0, "adv_eps", "use a number >= 0")
+        need(0 <= self.gamma <= 1, "gamma", "use a number in [0, 1]")
+        need(0 <= self.lam <= 1, "lam", "use a number in [0, 1]")
+        need(self.temperature > 0, "temperature", "use a number > 0")
+        need(0 < self.top_p <= 1, "top_p", "use a number in (0, 1]")
+        choices = {"loss_agg": AGGREGATION_MODES, "kl_estimator": KL_ESTIMATORS, "kl_placement": ("loss", "reward"),
+                   "advantage": ("gae", "group", "rloo"), "adv_scale": ("group", "batch", "none"),
+                   "critic": ("none", "head", "separate"), "mixed_precision": ("no", "bf16", "fp16")}
+        for name, allowed in choices.items():
+            need(getattr(self, name) in allowed, name, f"choose one of {list(allowed)}")
+        # --- consistency between fields ---
+        if self.advantage == "gae":
+            need(self.critic != "none", "critic", "advantage='gae' needs a critic: use critic='head' or 'separate'")
+        else:
+            need(self.critic == "none", "critic", f"a critic is only used by advantage='gae', not "
+                 f"advantage={self.advantage!r}: set critic='none'")
+            need(self.group_size >= 2, "group_size", f"advantage={self.advantage!r} compares completions of the "
+                 "same prompt: use group_size >= 2")
+        if self.dynamic_sampling:
+            need(self.advantage != "gae" and self.group_size >= 2, "dynamic_sampling",
+                 "dynamic sampling filters groups: it needs a group advantage and group_size >= 2")
+        if self.kl_placement == "reward" and self.kl_coef > 0:
+            need(self.advantage == "gae", "kl_placement", "a per-token KL in the reward needs per-token credit "
+                 "assignment (advantage='gae'); use kl_placement='loss' for group advantages")
+        need(self.samples_per_step % self.minibatches == 0, "minibatches",
+             f"batch_size * group_size = {self.samples_per_step} must split evenly into minibatches")
+        rows = self.samples_per_step // self.minibatches
+        need(self.micro_batch_size == 0 or rows % self.micro_batch_size == 0, "micro_batch_size",
+             f"each minibatch has {rows} rows; use 0 or a divisor of {rows}")
+        need(self.overlong_cache < self.max_new_tokens, "overlong_cache",
+             f"use a number of tokens below max_new_tokens={self.max_new_tokens}")
+        need(self.overlong_cache >= 1, "overlong_cache", "use an integer >= 1")
+        return self
+
+
+# Where each default comes from:
+# - PPO: Schulman et al. 2017 (eps 0.2, several epochs of minibatches), GAE lambda 0.95 (Schulman 2016),
+#   value clipping and advantage whitening as in the PPO-for-LLM implementations (Ouyang 2022, TRL PPOTrainer),
+#   per-token k1 KL penalty in the reward (Ziegler 2019 / InstructGPT).
+# - GRPO: DeepSeekMath (Shao et al. 2024): G samples, (r - mean) / std, k3 KL in the loss, per-sequence token
+#   mean; beta = 0.04 in the paper, 0 in TRL's current default (also Dr. GRPO / DAPO argue it is unneeded for
+#   verifiable rewards) — we follow the paper; the KL sweep of `minirl study` varies it.
+# - DAPO: Yu et al. 2025, arXiv 2503.14476: eps_low 0.2 / eps_high 0.28, dynamic sampling, token-level loss,
+#   soft overlong punishment, no KL.
+# - Dr. GRPO: Liu et al. 2025: mean-only advantages, constant normaliser (sum / (B * L_max)).
+# - RLOO: Ahmadian et al. 2024: leave-one-out baseline.
+PRESETS: dict[str, dict] = {
+    "ppo": dict(advantage="gae", critic="head", group_size=1, batch_size=64, whiten_advantages=True,
+                kl_coef=0.01, kl_estimator="k1", kl_placement="reward", loss_agg="token-mean",
+                epochs=2, minibatches=2, lr=3e-5, vf_coef=0.5, value_clip=0.2, gamma=1.0, lam=0.95),
+    "grpo": dict(advantage="group", adv_scale="group", kl_coef=0.04, kl_estimator="k3", kl_placement="loss",
+                 loss_agg="seq-mean-token-mean"),
+    "dapo": dict(advantage="group", adv_scale="group", clip_low=0.2, clip_high=0.28, dynamic_sampling=True,
+                 loss_agg="token-mean", overlong_punishment=True, overlong_filter=False, kl_coef=0.0),
+    "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
+    "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
+}

@@ -1,0 +1,53 @@
+"""The character tokenizer of the tiny Countdown policy, as a real `transformers` tokenizer.
+
+One token per character of the compact Countdown language (`3,5,7:026=3*7+5`), plus three specials.
+Building it on `tokenizers` + `PreTrainedTokenizerFast` (instead of a hand-written dict) means the
+tiny policy goes through exactly the same code path as any Hugging Face model: `save_pretrained`,
+`AutoTokenizer.from_pretrained`, `batch_decode(skip_special_tokens=True)`, padding, and so on.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+SPECIALS = (PAD, BOS, EOS)
+# Every character the compact Countdown prompt and its completions can contain.
+CHARACTERS = "0123456789+-*/(),:="
+VOCAB = {tok: i for i, tok in enumerate(SPECIALS + tuple(CHARACTERS))}  # 22 symbols
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level `PreTrainedTokenizerFast`: `<bos>` is prepended, unknown characters are an error.
+
+    >>> tok = build_char_tokenizer()
+    >>> tok("3,5,7:026=").input_ids[:4]   # <bos> 3 , 5
+    [1, 6, 19, 8]
+    """
+    core = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per char
+    core.decoder = decoders.Fuse()  # join characters back without spaces
+    core.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", special_tokens=[(BOS, VOCAB[BOS])]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        padding_side="left",  # prompts are left-padded so every completion starts at the same column
+        model_max_length=256,
+    )
+    return tokenizer
+
+
+def check_encodable(tokenizer, text: str) -> None:
+    """Raise a clear error if `text` has characters the character tokenizer cannot represent."""
+    vocab = tokenizer.get_vocab()
+    bad = sorted({c for c in text if c not in vocab})
+    if bad:
+        raise ValueError(
+            f"text {text[:40]!r} has characters {bad} that the character tokenizer cannot encode; "
+            f"allowed characters: {CHARACTERS!r}"
+        )
