@@ -6,10 +6,14 @@ Data flows one way: task -> policy -> rollout -> reward -> advantages -> loss ->
 from .evaluate import evaluate, pass_at_k
 from .policy import Policy, load_policy, new_tiny_policy
 from .rollout import Rollout, completion_logprobs, sample
+from .config import ConfigError, RLConfig
+from .runs import Run, RunCache
 from .tasks import Countdown, FunctionTask, Problem, Score, Task
+from .trainer import DynamicSamplingExhausted, TrainingDiverged, train
 
 __version__ = "0.1.0"
 __all__ = [
-    "Countdown", "FunctionTask", "Policy", "Problem", "Rollout", "Score", "Task",
+    "ConfigError", "Countdown", "DynamicSamplingExhausted", "FunctionTask", "Policy", "Problem", "RLConfig",
+    "Rollout", "Run", "RunCache", "Score", "Task", "TrainingDiverged", "train",
     "completion_logprobs", "evaluate", "load_policy", "new_tiny_policy", "pass_at_k", "sample",
 ]

@@ -79,6 +79,79 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def field_help() -> dict[str, str]:
+    """RLConfig's one-line field comments, reused as --help text (one source of truth)."""
+    import inspect
+    import re
+
+    from . import config
+
+    return dict(re.findall(r"^    (\w+): [^#\n]+# (.+)$", inspect.getsource(config.RLConfig), re.M))
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """One --flag per RLConfig field; unset flags keep the preset's value."""
+    import dataclasses
+
+    from .config import RLConfig
+
+    helps = field_help()
+    for f in dataclasses.fields(RLConfig):
+        if f.name == "algo":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes", "on"), default=None,
+                           metavar="BOOL", help=helps.get(f.name, ""))
+        else:
+            kind = {"int": int, "float": float, "str": str}.get(str(f.type), str)
+            p.add_argument(flag, type=kind, default=None, help=f"{helps.get(f.name, '')} (default: preset)")
+
+
+def config_from_args(args):
+    import dataclasses
+
+    from .config import RLConfig
+
+    if getattr(args, "config_json", None):
+        return RLConfig.from_dict(json.loads(args.config_json))
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)
+                 if f.name != "algo" and getattr(args, f.name, None) is not None}
+    return RLConfig.preset(args.algo, **overrides)
+
+
+def cmd_train(args) -> int:
+    from . import load_policy
+    from .runs import RunCache
+    from .trainer import train
+
+    torch.set_num_threads(args.threads) if args.threads else None
+    config = config_from_args(args)
+    policy = load_policy(args.policy, device=args.device, dtype=args.dtype)
+    task = make_task(args, policy)
+    cache = None if args.no_cache or args.run_dir else RunCache(args.cache)
+    run = train(policy, task, config, run_dir=args.run_dir, resume=args.resume, cache=cache,
+                progress=not args.quiet)
+    first, last = run.history[0], run.history[-1]
+    print(f"{config.algo}: {len(run.history) - 1} steps in {run.meta.get('seconds', float('nan')):.0f} s; "
+          f"held-out sampled accuracy {first.get('eval/accuracy_sampled', float('nan')):.1%} -> "
+          f"{run.final('eval/accuracy_sampled'):.1%}, greedy {first.get('eval/accuracy_greedy', float('nan')):.1%} -> "
+          f"{run.final('eval/accuracy_greedy'):.1%}; run folder: {run.path}")
+    if args.save_policy:
+        policy.save(args.save_policy)
+        print(f"trained policy saved to {args.save_policy}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare
+
+    overrides = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("seed", args.seed)) if v is not None}
+    compare(args.out, algos=tuple(a.strip() for a in args.algos.split(",")), cache_dir=args.cache,
+            threads=args.threads, quiet=args.quiet, **overrides)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minirl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,6 +179,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder; default: the package's shipped policy folder")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("train", help="one RL run: a preset plus any RLConfig field as a flag")
+    p.add_argument("--algo", default="grpo", choices=["ppo", "grpo", "dapo", "dr_grpo", "rloo"],
+                   help="the preset to start from (see RLConfig.preset); default grpo")
+    add_config_args(p)
+    p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the shipped tiny policy")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (weights)")
+    p.add_argument("--run-dir", default=None, help="folder for metrics.jsonl, config.json and checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
+    p.add_argument("--no-cache", action="store_true", help="always train, never answer from the run cache")
+    p.add_argument("--save-policy", default=None, help="also save the trained policy to this folder")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--config-json", default=None, help="a whole RLConfig as JSON (overrides --algo and the flags)")
+    add_task_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("compare", help="PPO vs GRPO vs DAPO from the shipped policy, same budget: table + PNG")
+    p.add_argument("--out", default="results", help="folder for compare.md, compare.json and compare.png")
+    p.add_argument("--algos", default="ppo,grpo,dapo", help="comma-separated presets to compare")
+    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: 1e-4)")
+    p.add_argument("--seed", type=int, default=None, help="seed for all (default: 0)")
+    p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

@@ -128,6 +128,14 @@ class RLConfig:
         def is_int(x) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
 
+        def is_number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        for f in fields(self):  # types first, so every later comparison is between numbers
+            value, kind = getattr(self, f.name), str(f.type)
+            ok = {"int": lambda v: is_int(v), "float": is_number, "bool": lambda v: isinstance(v, bool),
+                  "str": lambda v: isinstance(v, str)}.get(kind, lambda v: True)(value)
+            need(ok, f.name, f"use a value of type {kind}")
         for name in ("batch_size", "group_size", "steps", "epochs", "minibatches", "max_gen_batches",
                      "max_new_tokens", "eval_n", "eval_sampled_k"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "use an integer >= 1")
@@ -187,7 +195,8 @@ class RLConfig:
 #   mean; beta = 0.04 in the paper, 0 in TRL's current default (also Dr. GRPO / DAPO argue it is unneeded for
 #   verifiable rewards) — we follow the paper; the KL sweep of `minirl study` varies it.
 # - DAPO: Yu et al. 2025, arXiv 2503.14476: eps_low 0.2 / eps_high 0.28, dynamic sampling, token-level loss,
-#   soft overlong punishment, no KL.
+#   soft overlong punishment, no KL; several gradient updates per rollout (the paper: 16; we use 4 minibatches,
+#   without which the ratio stays 1 and clip-higher never acts); max_gen_batches 10 as in verl's DAPO recipe.
 # - Dr. GRPO: Liu et al. 2025: mean-only advantages, constant normaliser (sum / (B * L_max)).
 # - RLOO: Ahmadian et al. 2024: leave-one-out baseline.
 PRESETS: dict[str, dict] = {
@@ -197,7 +206,8 @@ PRESETS: dict[str, dict] = {
     "grpo": dict(advantage="group", adv_scale="group", kl_coef=0.04, kl_estimator="k3", kl_placement="loss",
                  loss_agg="seq-mean-token-mean"),
     "dapo": dict(advantage="group", adv_scale="group", clip_low=0.2, clip_high=0.28, dynamic_sampling=True,
-                 loss_agg="token-mean", overlong_punishment=True, overlong_filter=False, kl_coef=0.0),
+                 max_gen_batches=10, minibatches=4, loss_agg="token-mean", overlong_punishment=True, overlong_filter=False,
+                 kl_coef=0.0),
     "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
 }

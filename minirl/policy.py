@@ -9,6 +9,7 @@ very same `AutoModelForCausalLM` / `AutoTokenizer` path, so everything downstrea
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,8 +88,8 @@ def eos_ids_of(model, tokenizer) -> list[int]:
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """`None`/"auto" -> cuda if available, then mps, then cpu. Anything else must be a valid torch device."""
     if device is None or device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
+        if torch.cuda.is_available():  # under torchrun / accelerate launch: this process's own GPU
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -98,6 +99,9 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
         raise ValueError(f"device={device!r} is not a torch device; use 'auto', 'cpu', 'cuda', 'cuda:1' or 'mps'") from err
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available on this machine; use 'auto' or 'cpu'")
+    mps = getattr(torch.backends, "mps", None)
+    if dev.type == "mps" and not (mps is not None and mps.is_available()):
+        raise ValueError(f"device={device!r} but MPS (Apple GPU) is not available on this machine; use 'auto' or 'cpu'")
     return dev
 
 

@@ -1,0 +1,39 @@
+"""One optimiser step on a fixed batch, in 1 process or under `torchrun --nproc_per_node 2` (gloo).
+
+Used by test_distributed.py: the two must give the same parameters, because the loss normalisers are
+totals over all processes (token-mean) and DDP averages gradients.
+"""
+
+import sys
+
+import torch
+from accelerate import Accelerator
+
+from minirl import Countdown, load_policy
+from minirl.actor_critic import ActorCritic
+from minirl.config import RLConfig
+from minirl.trainer import compute_advantages, generate, learn
+
+torch.set_num_threads(1)
+out, loss_agg = sys.argv[1], sys.argv[2]
+acc = Accelerator(cpu=True)
+policy = load_policy(device="cpu")
+config = RLConfig.preset("dapo", batch_size=4, group_size=4, lr=1e-3, loss_agg=loss_agg, dynamic_sampling=False,
+                         max_new_tokens=12, overlong_cache=2, minibatches=1, micro_batch_size=2)
+# the same batch everywhere (world=1 view), then each process keeps its share of whole groups
+roll, rewards, group_ids, _, _ = generate(policy, Countdown(), config, step=0, round_=0, rank=0, world=1)
+mask = roll.completion_mask.float()
+advantages, _ = compute_advantages(config, rewards, group_ids, mask, None, None, None)
+rows = [i for i in range(len(roll)) if group_ids[i].item() % acc.num_processes == acc.process_index]
+model = ActorCritic(policy.model)
+# plain SGD with lr 1: the update *is* the gradient (AdamW's first step, ~lr*sign(g), would magnify
+# float rounding on near-zero gradient entries and hide what we want to compare)
+optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+model, optimizer = acc.prepare(model, optimizer)
+learn(acc, model, optimizer, scheduler, config, roll.select(rows), advantages[rows], None, mask[rows],
+      None, None, None, step=1)
+if acc.is_main_process:
+    torch.save({"processes": acc.num_processes,
+                "params": [p.detach().clone() for p in acc.unwrap_model(model).parameters()]}, out)
+acc.wait_for_everyone()

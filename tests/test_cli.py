@@ -1,0 +1,71 @@
+"""The command line: `train` exposes every RLConfig field, `compare` writes its table and figure."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from minirl.config import RLConfig
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "minirl", *args], capture_output=True, text=True, env=ENV,
+                          timeout=timeout)
+
+
+def test_train_help_documents_every_config_field():
+    out = cli("train", "--help").stdout
+    for f in dataclasses.fields(RLConfig):
+        if f.name != "algo":
+            assert "--" + f.name.replace("_", "-") in out, f.name
+
+
+def test_train_rejects_bad_values_with_one_clear_line():
+    done = cli("train", "--lr", "3", "--steps", "1")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: RLConfig.lr=3.0 is not allowed: use a number in (0, 1), e.g. 3e-5"]
+    done = cli("train", "--algo", "grpo", "--group-size", "1")
+    assert done.returncode == 2 and "RLConfig.group_size=1" in done.stderr
+
+
+def test_train_one_step_and_cache(tmp_path):
+    args = ("train", "--algo", "dapo", "--steps", "1", "--batch-size", "2", "--group-size", "4", "--eval-n", "4",
+            "--max-new-tokens", "12", "--overlong-cache", "2", "--device", "cpu", "--threads", "1", "--quiet",
+            "--cache", str(tmp_path))
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "dapo: 1 steps" in first.stdout
+    second = cli(*args)
+    assert second.returncode == 0 and "answered from" not in second.stderr
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(runs) == 1  # the second call found the finished run instead of training again
+
+
+@pytest.mark.slow
+def test_compare_writes_table_json_and_png(tmp_path):
+    from minirl.compare import compare
+
+    runs = compare(tmp_path / "out", algos=("ppo", "grpo"), cache_dir=tmp_path / "cache", threads=1, quiet=True,
+                   steps=2, eval_n=8, eval_every=1, batch_size=4)
+    assert [r.config.algo for r in runs] == ["ppo", "grpo"]
+    rows = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert rows[0]["critic_params"] > 0 and rows[1]["critic_params"] == 0
+    table = (tmp_path / "out" / "compare.md").read_text()
+    assert "base policy" in table and "| ppo |" in table and "| grpo |" in table
+    assert (tmp_path / "out" / "compare.png").stat().st_size > 10_000
+
+
+def test_memory_rows_show_what_the_critic_and_reference_cost():
+    from minirl.compare import memory_rows, qwen25_05b_size
+
+    rows = {r["setup"]: r for r in memory_rows(1000, 10)}
+    assert rows["ppo (separate critic, KL)"]["critic_params"] == 1011
+    # 4 copies (weights, grads, 2 AdamW moments) of policy + critic, 1 copy of the reference, fp32
+    assert rows["ppo (separate critic, KL)"]["state_mb"] * 2**20 == (4 * 2011 + 1000) * 4
+    assert rows["grpo / dapo (no KL)"]["state_mb"] * 2**20 == 4 * 1000 * 4
+    assert qwen25_05b_size() == (494_032_768, 896)  # counted on the meta device from the published config

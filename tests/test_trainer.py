@@ -1,0 +1,167 @@
+"""End-to-end: every preset trains, runs are deterministic, resumable, cached, and fail loudly but safely."""
+
+import math
+
+import pytest
+import torch
+
+from minirl import Countdown, FunctionTask, load_policy
+from minirl.config import RLConfig
+from minirl.runs import Run, RunCache
+from minirl.trainer import TrainingDiverged, train
+
+TASK = Countdown()
+SMALL = dict(batch_size=4, group_size=4, steps=2, eval_every=0, eval_n=16, max_new_tokens=12, overlong_cache=2)
+SMALL_PPO = dict(SMALL, group_size=1, batch_size=8)
+
+
+def small(algo, **kw):
+    return RLConfig.preset(algo, **{**(SMALL_PPO if algo == "ppo" else SMALL), **kw})
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo", "dapo", "dr_grpo", "rloo"])
+def test_every_preset_trains_end_to_end(algo):
+    policy = load_policy(device="cpu")
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    cfg = small(algo, max_gen_batches=8)
+    run = train(policy, TASK, cfg, progress=False)
+    assert run.status == "finished"
+    assert [r["step"] for r in run.history] == [0, 1, 2]
+    last = run.history[-1]
+    for key in ("reward_mean", "reward_std", "reward/correct", "reward/format_ok", "accuracy", "frac_reward_zero_std",
+                "kept_group_frac", "gen_batches", "completion_len_mean", "completion_len_max", "truncation_rate",
+                "entropy", "kl_ref", "approx_kl", "clip_frac_low", "clip_frac_high", "grad_norm", "lr",
+                "tokens_per_s", "wall_time", "samples", "eval/accuracy_greedy", "eval/accuracy_sampled"):
+        assert key in last, key
+    if algo == "ppo":
+        assert "value_loss" in last and "explained_variance" in last
+        assert run.meta["critic_params"] == policy.model.config.hidden_size + 1
+    else:
+        assert run.meta["critic_params"] == 0
+    changed = any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    assert changed, "training must change the policy"
+
+
+def test_first_on_policy_step_has_ratio_one_and_no_clipping():
+    run = train(load_policy(device="cpu"), TASK, small("grpo", steps=1), progress=False)
+    row = run.history[-1]
+    assert row["clip_frac_low"] == 0 and row["clip_frac_high"] == 0
+    assert abs(row["approx_kl"]) < 1e-6
+
+
+def test_several_epochs_use_old_logprobs_and_ratio_moves():
+    cfg = small("grpo", steps=1, epochs=2, minibatches=2, lr=1e-3)
+    row = train(load_policy(device="cpu"), TASK, cfg, progress=False).history[-1]
+    assert row["approx_kl"] > 0  # the second minibatch/epoch sees a changed policy
+
+
+def test_same_seed_same_metrics():
+    a = train(load_policy(device="cpu"), TASK, small("dapo", steps=3), progress=False)
+    b = train(load_policy(device="cpu"), TASK, small("dapo", steps=3), progress=False)
+    strip = lambda h: [{k: v for k, v in r.items() if k not in ("wall_time", "step_seconds", "tokens_per_s", "peak_mem_mb")} for r in h]  # noqa: E731
+    assert strip(a.history) == strip(b.history)
+
+
+def test_resume_matches_uninterrupted_run(tmp_path):
+    cfg = small("grpo", steps=4, eval_every=2, checkpoint_every=2, lr=1e-4)
+    full = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path / "full", progress=False)
+    stop_after_2 = lambda run, row: row["step"] < 2  # noqa: E731  (returns False at step 2: stop)
+    part = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path / "part", callbacks=[stop_after_2],
+                 progress=False)
+    assert part.status == "stopped" and part.history[-1]["step"] == 2
+    resumed_policy = load_policy(device="cpu")
+    resumed = train(resumed_policy, TASK, cfg, run_dir=tmp_path / "part", resume=True, progress=False)
+    assert resumed.status == "finished"
+    keys = ("reward_mean", "policy_loss", "grad_norm", "entropy", "eval/accuracy_sampled")
+    for r_full, r_res in zip(full.history, resumed.history, strict=True):
+        for k in keys:
+            if k in r_full:
+                assert r_full[k] == pytest.approx(r_res[k], abs=1e-6), (r_full["step"], k)
+    on_disk = Run.load(tmp_path / "part")
+    assert [r["step"] for r in on_disk.history] == [0, 1, 2, 3, 4]
+    reloaded = load_policy(tmp_path / "part" / "checkpoint", device="cpu")
+    for a, b in zip(reloaded.model.parameters(), resumed_policy.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_nan_reward_stops_with_clear_error_and_keeps_checkpoint(tmp_path):
+    calls = {"n": 0}
+
+    def reward(answer, completion):
+        calls["n"] += 1
+        # the step-0 evaluation scores 4 completions, each step 16: the third step meets a NaN
+        return float("nan") if calls["n"] > 4 + 16 * 2 else 0.5 * (len(completion) % 2)
+
+    task = FunctionTask("nan-after-two-steps", lambda rng: (f"{rng.randint(1, 9)}:", None, None), reward)
+    cfg = small("grpo", steps=5, checkpoint_every=1, eval_n=2)
+    with pytest.raises(TrainingDiverged, match="non-finite reward"):
+        train(load_policy(device="cpu"), task, cfg, run_dir=tmp_path, progress=False)
+    run = Run.load(tmp_path)
+    assert run.status == "failed" and "non-finite" in run.meta["error"]
+    assert run.history[-1]["step"] == 2  # both good steps are kept
+    assert (tmp_path / "checkpoint" / "model.safetensors").exists()
+
+
+def test_diverging_learning_rate_is_caught(tmp_path):
+    cfg = small("grpo", steps=3, lr=0.9, max_grad_norm=0.0, adam_eps=1e-30)
+    try:
+        run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False)
+    except TrainingDiverged as err:
+        assert "lr" in str(err)
+        assert Run.load(tmp_path).status == "failed"
+    else:  # if it happened not to diverge, every logged number must still be finite
+        assert all(math.isfinite(v) for r in run.history for v in r.values() if isinstance(v, float)
+                   and not math.isnan(v))
+
+
+def test_cache_returns_finished_run_without_training(tmp_path):
+    cache = RunCache(tmp_path)
+    cfg = small("grpo", steps=1)
+    first = train(load_policy(device="cpu"), TASK, cfg, cache=cache, progress=False)
+    policy = load_policy(device="cpu")
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    second = train(policy, TASK, cfg, cache=cache, progress=False)
+    assert second.history == first.history
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    third = train(load_policy(device="cpu"), TASK, cfg.replace(lr=1e-4), cache=cache, progress=False)
+    assert third.path != first.path
+
+
+def test_dynamic_sampling_gives_up_with_clear_error():
+    task = FunctionTask("always-right", lambda rng: (f"{rng.randint(1, 9)}:", None, None), lambda a, c: 1.0)
+    cfg = small("dapo", steps=1, max_gen_batches=2, eval_n=2)
+    with pytest.raises(RuntimeError, match="max_gen_batches=2"):
+        train(load_policy(device="cpu"), task, cfg, progress=False)
+
+
+def test_separate_critic_costs_a_whole_model():
+    policy = load_policy(device="cpu")
+    run = train(policy, TASK, small("ppo", steps=1, critic="separate"), progress=False)
+    assert run.meta["critic_params"] == policy.num_parameters + policy.model.config.hidden_size + 1
+
+
+def test_real_model_path_with_chat_template(tmp_path):
+    from minirl.tiny_hf import save_tiny_chat_model
+
+    policy = load_policy(save_tiny_chat_model(tmp_path / "tiny-qwen"), device="cpu")
+    task = Countdown(prompt_style="chat", reward_scheme="tinyzero")
+    cfg = RLConfig.preset("grpo", batch_size=2, group_size=2, steps=1, max_new_tokens=8, eval_n=2, kl_coef=0.04)
+    run = train(policy, task, cfg, progress=False)
+    assert run.status == "finished" and run.history[-1]["truncation_rate"] >= 0
+
+
+def test_advantage_fn_plugs_a_learners_estimator_into_the_trainer():
+    seen = []
+
+    def mean_only(rewards, group_ids):  # Dr. GRPO's estimator, written by "a learner"
+        seen.append(len(rewards))
+        means = torch.zeros(int(group_ids.max()) + 1).index_add_(0, group_ids, rewards)
+        counts = torch.zeros_like(means).index_add_(0, group_ids, torch.ones_like(rewards))
+        return rewards - (means / counts.clamp(min=1))[group_ids]
+
+    run = train(load_policy(device="cpu"), TASK, small("grpo", steps=2), advantage_fn=mean_only, progress=False)
+    assert seen == [16, 16] and run.status == "finished"
+    with pytest.raises(ValueError, match="shape"):
+        train(load_policy(device="cpu"), TASK, small("grpo", steps=1), advantage_fn=lambda r, g: r[:3], progress=False)
+    with pytest.raises(ValueError, match="gae"):
+        train(load_policy(device="cpu"), TASK, small("ppo", steps=1), advantage_fn=lambda r, g: r, progress=False)
