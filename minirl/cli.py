@@ -132,13 +132,14 @@ def cmd_train(args) -> int:
     cache = None if args.no_cache or args.run_dir else RunCache(args.cache)
     run = train(policy, task, config, run_dir=args.run_dir, resume=args.resume, cache=cache,
                 progress=not args.quiet)
-    first, last = run.history[0], run.history[-1]
+    first = run.history[0]
     print(f"{config.algo}: {len(run.history) - 1} steps in {run.meta.get('seconds', float('nan')):.0f} s; "
           f"held-out sampled accuracy {first.get('eval/accuracy_sampled', float('nan')):.1%} -> "
           f"{run.final('eval/accuracy_sampled'):.1%}, greedy {first.get('eval/accuracy_greedy', float('nan')):.1%} -> "
           f"{run.final('eval/accuracy_greedy'):.1%}; run folder: {run.path}")
-    if args.save_policy:
-        policy.save(args.save_policy)
+    if args.save_policy:  # from the run's final checkpoint: also right when the run came from the cache
+        trained = load_policy(run.path / "checkpoint", device="cpu") if run.path is not None else policy
+        trained.save(args.save_policy)
         print(f"trained policy saved to {args.save_policy}")
     return 0
 

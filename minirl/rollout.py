@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from .losses import entropy_from_logits
+
 
 @dataclass
 class Rollout:
@@ -175,7 +177,7 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     logp_all = logits.log_softmax(-1)
     result = {"logprobs": logp_all.gather(-1, completion_ids[..., None]).squeeze(-1) * completion_mask}
     if with_entropy:
-        result["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
+        result["entropy"] = entropy_from_logits(logits)  # (B, T) of the tempered distribution
     if with_hidden:
         result["hidden"] = out.hidden_states[-1][:, P - 1:P + T - 1]  # (B, T, H)
     return result

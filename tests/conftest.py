@@ -10,6 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread: on 2 shared cores, 2 OpenMP threads slow these tiny forwards down ~50x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_policy():
     """The shipped tiny Countdown policy (read-only: tests that train must copy it)."""

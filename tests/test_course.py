@@ -5,7 +5,6 @@ two graded test cells with hidden tests, and a markdown answer.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

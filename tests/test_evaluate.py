@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,13 +16,7 @@ KEYS = {"accuracy", "pass_at_k", "format_rate", "reward_mean", "mean_length", "t
         "n_problems", "k", "greedy", "temperature"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on 2 shared cores, 2 OpenMP threads slow these tiny forwards down ~50x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ----------------------------------------------------------------------------- pass@k

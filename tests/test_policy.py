@@ -14,13 +14,7 @@ from minirl.tiny_hf import save_tiny_chat_model
 CARD = json.loads((SHIPPED_POLICY / "minirl_card.json").read_text())
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on 2 shared cores, 2 OpenMP threads slow these tiny forwards down ~50x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def logits_of(policy: Policy, prompts: list[str]) -> torch.Tensor:

@@ -15,13 +15,7 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 PROMPTS = ["12,34,56,78:0090=", "3,5,7:026=", "1:1=", "9,9:081=", "4,8,2,6:0120=", "7:7="]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on 2 shared cores, 2 OpenMP threads slow these tiny forwards down ~50x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gen(seed: int = 0) -> torch.Generator:
