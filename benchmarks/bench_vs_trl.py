@@ -299,7 +299,7 @@ def compare_logprobs(utils_ns) -> None:
             check(f"minirl.losses.entropy_from_logits vs TRL entropy_from_logits (policy logits), T={temperature}",
                   maxdiff(h_ours, h_theirs), tol=rel_tol(logits / temperature))
             z64 = logits.double() / temperature
-            check(f"  the same in float64", maxdiff(L.entropy_from_logits(z64), trl_entropy(z64)))
+            check("  the same in float64", maxdiff(L.entropy_from_logits(z64), trl_entropy(z64)))
     gen = torch.Generator().manual_seed(2)
     for scale in (1.0, 30.0):
         for dtype in (torch.float32, torch.float64):
