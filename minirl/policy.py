@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import inspect
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from .tokenizer import build_char_tokenizer
 
@@ -68,8 +70,21 @@ class Policy:
 
     def save(self, path: str | Path) -> None:
         """Save model (safetensors) and tokenizer so `load_policy(path)` gets the same policy back."""
-        self.model.save_pretrained(path, safe_serialization=True)
+        with quiet_progress_bars():
+            self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+
+
+@contextmanager
+def quiet_progress_bars():
+    """No "Loading weights" / "Writing model shards" bars for a 4 MB model (restored afterwards)."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def eos_ids_of(model, tokenizer) -> list[int]:
@@ -165,7 +180,8 @@ def load_policy(name_or_path: str | Path | None = None, *, device: str | torch.d
         tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser() if looks_local else path),
                                                   trust_remote_code=trust_remote_code)
         kwargs = {dtype_kwarg(): torch_dtype, "trust_remote_code": trust_remote_code}
-        model = AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser() if looks_local else path), **kwargs)
+        with quiet_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser() if looks_local else path), **kwargs)
     except OSError as err:
         raise ValueError(f"load_policy: name_or_path={str(path)!r} could not be loaded as a causal LM: "
                          f"it is not a local model folder and could not be fetched as a hub id ({err})") from err
