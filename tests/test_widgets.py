@@ -1,0 +1,99 @@
+"""The experiment panel: sliders make configs, Run trains once (or reads the cache), Stop stops, runs pile up."""
+
+import pytest
+
+from minirl.config import RLConfig
+from minirl.runs import Run, RunCache
+from minirl.widgets import ExperimentPanel, experiment_panel
+
+BASE = dict(batch_size=2, group_size=4, steps=2, eval_every=0, eval_n=8, max_new_tokens=8, overlong_cache=2)
+
+
+@pytest.fixture
+def panel(tmp_path, one_thread):
+    return experiment_panel("grpo", base_config=BASE, cache=RunCache(tmp_path), background=False)
+
+
+def test_sliders_make_the_config(panel):
+    assert isinstance(panel, ExperimentPanel) and panel.runs == []
+    assert panel.batch_size.value == 2 and panel.steps.value == 2  # base_config sets the sliders' start values
+    panel.lr.value = 1e-4
+    panel.group_size.value = 6
+    panel.clip_high.value = 0.28
+    panel.kl_on.value = False
+    panel.entropy_on.value = True
+    panel.entropy_coef.value = 1e-2
+    panel.seed.value = 3
+    c = panel.config()
+    assert c.algo == "grpo" and c.lr == pytest.approx(1e-4) and c.group_size == 6 and c.clip_high == 0.28
+    assert c.kl_coef == 0 and c.entropy_coef == pytest.approx(1e-2) and c.seed == 3
+    assert c.eval_n == 8 and c.max_new_tokens == 8  # base_config fields stay
+    panel.kl_on.value = True
+    panel.kl_coef.value = 0.01
+    assert panel.config().kl_coef == pytest.approx(0.01)
+    panel.algo.value = "dapo"  # the sliders move to the preset
+    assert panel.clip_high.value == pytest.approx(0.28) and panel.config().algo == "dapo"
+    assert panel.runs == []  # dragging trains nothing
+    assert panel.widget is not None and panel.table.value
+
+
+def test_invalid_config_shows_error_and_starts_nothing(panel):
+    panel.algo.value = "dapo"  # 4 minibatches: batch_size * group_size must split into 4
+    panel.batch_size.value, panel.group_size.value = 1, 2
+    assert panel.config() is None
+    assert "minibatches" in panel.status.value
+    panel.click_run()
+    assert panel.runs == [] and panel.jobs_started == 0 and not panel.busy
+    assert "minibatches" in panel.status.value
+
+
+def test_run_then_cache_hit(panel):
+    panel.click_run()
+    assert len(panel.runs) == 1 and panel.jobs_started == 1
+    run = panel.runs[0]
+    assert run.status == "finished" and [r["step"] for r in run.history] == [0, 1, 2]
+    assert any(ax.lines for ax in panel.fig.axes)
+    assert run.label in panel.table.value and "finished" in panel.status.value
+    panel.click_run()  # same config: from the cache, no training
+    assert panel.jobs_started == 1 and "from the cache" in panel.status.value
+    assert len(panel.runs) == 1  # already shown: not added twice
+    panel.seed.value = 1
+    panel.click_run()
+    assert len(panel.runs) == 2 and panel.jobs_started == 2
+    assert len(panel.fig.axes[0].lines) == 2  # earlier runs stay overlaid
+
+
+def test_background_double_click_and_stop(tmp_path, one_thread):
+    p = experiment_panel("grpo", base_config=dict(BASE, steps=50), cache=RunCache(tmp_path))
+    p.click_run()
+    p.click_run()  # ignored: never a second job
+    assert p.jobs_started == 1 and p.busy and "already in progress" in p.status.value
+    p.click_stop()
+    assert p.wait(60)
+    assert not p.busy and len(p.runs) == 1
+    run = p.runs[0]
+    assert run.status == "stopped" and 0 < run.history[-1]["step"] < 50
+    assert "stopped" in p.status.value and not p.run_button.disabled
+
+
+def test_training_error_is_shown_and_partial_run_kept(tmp_path, one_thread):
+    from minirl import FunctionTask
+
+    task = FunctionTask("always-right", lambda rng: (f"{rng.randint(1, 9)}:", None, None), lambda a, c: 1.0)
+    p = experiment_panel("dapo", task=task, base_config=dict(BASE, batch_size=4, max_gen_batches=1, eval_n=2),
+                         cache=RunCache(tmp_path), background=False)
+    p.click_run()  # every group has equal rewards: dynamic sampling gives up
+    assert "DynamicSamplingExhausted" in p.status.value
+    assert len(p.runs) == 1 and p.runs[0].status == "failed" and not p.busy
+    assert [r["step"] for r in p.runs[0].history] == [0]  # the partial run keeps its rows
+    assert "DynamicSamplingExhausted" in p.runs[0].meta["error"]
+
+
+def test_precomputed_runs_show_at_once(tmp_path):
+    cfg = RLConfig.preset("grpo", **BASE)
+    done = Run(cfg, history=[{"step": 0, "reward_mean": 0.1}, {"step": 1, "reward_mean": 0.3}],
+               meta={"status": "finished", "label": "precomputed-grpo"})
+    p = experiment_panel("grpo", base_config=BASE, precomputed=[done], policy_factory=lambda: None)
+    assert p.runs == [done]
+    assert "precomputed-grpo" in p.table.value
+    assert any(ax.lines for ax in p.fig.axes)
