@@ -49,9 +49,10 @@ class ActorCritic(nn.Module):
         self.critic_model = copy.deepcopy(model) if critic == "separate" else None
 
     def forward(self, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-                with_entropy: bool = True) -> dict[str, torch.Tensor]:
+                with_entropy: bool = True, entropy_grad: bool = True) -> dict[str, torch.Tensor]:
         out = completion_logprobs(self.policy, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                  temperature, with_entropy=with_entropy, with_hidden=self.critic == "head")
+                                  temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                  with_hidden=self.critic == "head")
         if self.critic == "head":
             out["values"] = self.value_head(out.pop("hidden"))  # (B, T)
         elif self.critic == "separate":

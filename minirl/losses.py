@@ -241,14 +241,17 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip: float 
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of the softmax distribution at each position: (B, T, V) -> (B, T).
+    """Entropy of the softmax distribution at each position: (B, T, V) -> (B, T)."""
+    return entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
 
-    H = -sum p log p = logsumexp(z) - sum p z, which never takes log of a 0 probability.
-    Tokens with logit -inf (masked vocabulary) have p = 0 and are skipped so 0 * -inf is not nan.
+
+def entropy_from_logprobs(logprobs: Tensor) -> Tensor:
+    """H = -sum p log p from log-probabilities (B, T, V) -> (B, T); reuse a log_softmax you already have.
+
+    Tokens with log-prob -inf (masked vocabulary) have p = 0 and are skipped, so 0 * -inf is not nan.
     """
-    probs = torch.softmax(logits, dim=-1)  # (B, T, V)
-    finite = torch.where(torch.isneginf(logits), 0.0, logits)
-    return torch.logsumexp(logits, dim=-1) - (probs * finite).sum(dim=-1)
+    probs = logprobs.exp()
+    return -torch.where(probs > 0, probs * logprobs, 0.0).sum(dim=-1)
 
 
 @torch.no_grad()

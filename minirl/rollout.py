@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .losses import entropy_from_logits
+from .losses import entropy_from_logprobs
 
 
 @dataclass
@@ -160,7 +160,7 @@ def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                        temperature: float = 1.0, *, with_entropy: bool = False,
+                        temperature: float = 1.0, *, with_entropy: bool = False, entropy_grad: bool = True,
                         with_hidden: bool = False) -> dict[str, torch.Tensor]:
     """One forward pass over prompt + completion -> per-token log-probs of the completion (B, T).
 
@@ -177,7 +177,8 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
     logp_all = logits.log_softmax(-1)
     result = {"logprobs": logp_all.gather(-1, completion_ids[..., None]).squeeze(-1) * completion_mask}
     if with_entropy:
-        result["entropy"] = entropy_from_logits(logits)  # (B, T) of the tempered distribution
+        # from the log_softmax above; without entropy_grad it is only logged, so keep no (B, T, V) graph for it
+        result["entropy"] = entropy_from_logprobs(logp_all if entropy_grad else logp_all.detach())  # (B, T)
     if with_hidden:
         result["hidden"] = out.hidden_states[-1][:, P - 1:P + T - 1]  # (B, T, H)
     return result

@@ -68,9 +68,10 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
     """Sample a training batch. With dynamic sampling (DAPO eq. 11) keep only groups whose rewards differ,
     and sample again until `batch_size` groups are kept or `max_gen_batches` rounds are used up."""
     want = config.batch_size // world  # groups this process needs
-    kept, all_rewards, all_parts, all_lengths, all_trunc = [], [], [], [], []
+    kept, all_rewards, all_parts, all_lengths, all_trunc, first_ids = [], [], [], [], [], None
     for round_ in range(config.max_gen_batches if config.dynamic_sampling else 1):
         roll, rewards, group_ids, names, parts = generate(policy, task, config, step, round_, rank, world)
+        first_ids = group_ids if first_ids is None else first_ids
         all_rewards.append(rewards), all_parts.append(parts)
         all_lengths.append(roll.lengths.cpu()), all_trunc.append(roll.truncated.cpu())
         keep = dapo.dynamic_sampling_keep(rewards, group_ids) if config.dynamic_sampling else torch.ones_like(rewards, dtype=torch.bool)
@@ -89,7 +90,7 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
     rewards, group_ids = torch.cat([r for _, r, _ in kept])[:n], torch.cat([g for _, _, g in kept])[:n]
     every = torch.cat(all_rewards)
     stats = {"reward_mean": every.mean().item(), "reward_std": every.std().item() if len(every) > 1 else 0.0,
-             "frac_reward_zero_std": dapo.frac_reward_zero_std(all_rewards[0], generate_ids(config, world)),
+             "frac_reward_zero_std": dapo.frac_reward_zero_std(all_rewards[0], first_ids),
              "kept_group_frac": (n // config.group_size) / (len(every) // config.group_size),
              "gen_batches": len(all_rewards), "generated": len(every),
              "completion_len_mean": torch.cat(all_lengths).float().mean().item(),
@@ -100,10 +101,6 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
         stats[f"reward/{name}"] = torch.cat(all_parts)[:, j].nanmean().item()
     stats["accuracy"] = stats.get("reward/correct", float("nan"))
     return roll, rewards, group_ids, stats
-
-
-def generate_ids(config: RLConfig, world: int) -> torch.Tensor:
-    return torch.arange(config.batch_size // world).repeat_interleave(config.group_size)
 
 
 # ----------------------------------------------------------------------------- learning
@@ -152,8 +149,10 @@ def learn(accelerator, model, optimizer, scheduler, config, roll, advantages, re
     rows_mb = N // config.minibatches
     rows_micro = config.micro_batch_size or rows_mb
     gen = torch.Generator().manual_seed(_seed(config, step, 99))
-    sums = {k: 0.0 for k in ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high",
-                             "approx_kl", "tokens")}
+    # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
+    sums = {k: torch.zeros((), device=loss_mask.device) for k in ("policy_loss", "value_loss", "entropy", "kl_ref",
+                                                                 "clip_frac_low", "clip_frac_high", "approx_kl",
+                                                                 "tokens")}
     grad_norms = []
     for _ in range(config.epochs):
         order = torch.randperm(N, generator=gen) if config.minibatches > 1 else torch.arange(N)
@@ -166,7 +165,7 @@ def learn(accelerator, model, optimizer, scheduler, config, roll, advantages, re
                 sync = nullcontext() if i == len(micros) - 1 or world == 1 else accelerator.no_sync(model)
                 with sync, accelerator.autocast():
                     out = model(part.prompt_ids, part.prompt_mask, part.completion_ids, part.completion_mask,
-                                config.temperature)
+                                config.temperature, entropy_grad=config.entropy_coef > 0)
                     logp = out["logprobs"].float()
                     old = old_logprobs[idx] if old_logprobs is not None else logp.detach()
                     pg, clip = L.clipped_surrogate(logp, old, advantages[idx], config.clip_low, config.clip_high,
@@ -174,7 +173,7 @@ def learn(accelerator, model, optimizer, scheduler, config, roll, advantages, re
                     loss_tokens = pg
                     if ref_logprobs is not None:
                         kl = L.kl_penalty(logp, ref_logprobs[idx], config.kl_estimator)
-                        sums["kl_ref"] += L.masked_sum(kl.detach(), m).item()
+                        sums["kl_ref"] += L.masked_sum(kl.detach(), m)
                         if config.kl_placement == "loss":
                             loss_tokens = loss_tokens + config.kl_coef * kl
                     if config.entropy_coef > 0:
@@ -184,16 +183,16 @@ def learn(accelerator, model, optimizer, scheduler, config, roll, advantages, re
                         v = L.value_loss(out["values"], old_values[idx], returns[idx], config.value_clip or None)
                         vloss = L.aggregate(v, m, "token-mean", num_tokens=totals["num_tokens"])
                         loss = loss + config.vf_coef * vloss
-                        sums["value_loss"] += vloss.item()
+                        sums["value_loss"] += vloss.detach()
                     if not torch.isfinite(loss):
                         raise TrainingDiverged(f"loss is {loss.item()} at step {step}; lower lr (now {config.lr:g})")
                     accelerator.backward(loss * world)  # DDP averages over processes; totals already span them
-                sums["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals).item()
-                sums["entropy"] += L.masked_sum(out["entropy"].detach(), m).item()
-                sums["clip_frac_low"] += L.masked_sum(clip.clipped_low, m).item()
-                sums["clip_frac_high"] += L.masked_sum(clip.clipped_high, m).item()
-                sums["approx_kl"] += L.approx_kl(logp.detach(), old, m).item() * m.sum().item()
-                sums["tokens"] += m.sum().item()
+                sums["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals)
+                sums["entropy"] += L.masked_sum(out["entropy"].detach(), m)
+                sums["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
+                sums["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
+                sums["approx_kl"] += L.approx_kl(logp.detach(), old, m) * m.sum()
+                sums["tokens"] += m.sum()
             norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf"))
             if not torch.isfinite(torch.as_tensor(norm)):
                 raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; lower lr (now {config.lr:g})")
@@ -201,6 +200,7 @@ def learn(accelerator, model, optimizer, scheduler, config, roll, advantages, re
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+    sums = {k: v.item() for k, v in sums.items()}
     n_updates, tokens = config.epochs * config.minibatches, max(sums.pop("tokens"), 1.0)
     stats = {k: sums[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
     stats["policy_loss"] = sums["policy_loss"] / n_updates
