@@ -209,10 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("study", add_help=False, help="re-test the paper's claims H1..H9 with seeds "
+                       "(python -m minirl study --help for its options)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["study"]:  # its own parser (minirl.study), so `study --help` lists the study's options
+        from .study import main as study_main
+
+        return study_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

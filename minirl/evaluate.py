@@ -31,7 +31,8 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     greedy=True decodes argmax (k must be 1); greedy=False samples k completions per problem at
     `temperature`. Returns accuracy (mean over all samples), pass_at_k (unbiased estimator with
     n_samples = k, i.e. "any of the k is correct"), format_rate, mean_length (tokens, EOS included),
-    truncation_rate, reward_mean, and the settings used.
+    truncation_rate, reward_mean, the mean of every score component as `rate/<name>` (e.g. rate/numbers_ok),
+    and the settings used.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"evaluate: n={n!r} is not allowed: use an integer >= 1 (number of problems)")
@@ -49,7 +50,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     jobs = [p for p in problems for _ in range(k)]  # k consecutive samples per problem
     was_training = policy.model.training
     policy.model.eval()
-    correct, fmt, rewards, lengths, truncated = [], [], [], [], []
+    correct, fmt, rewards, lengths, truncated, parts = [], [], [], [], [], {}
     starts = range(0, len(jobs), batch_size)
     show = progress if progress is not None else len(starts) > 4
     for start in tqdm(starts, desc="evaluate", disable=not show, leave=False):
@@ -62,6 +63,8 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
             correct.append(float(score.correct))
             fmt.append(float(score.components.get("format_ok", float("nan"))))
             rewards.append(score.reward)
+            for name, value in score.components.items():
+                parts.setdefault(name, []).append(float(value))
         lengths += roll.lengths.tolist()
         truncated += roll.truncated.float().tolist()
     policy.model.train(was_training)
@@ -75,6 +78,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         "reward_mean": mean(rewards),
         "mean_length": mean(lengths),
         "truncation_rate": mean(truncated),
+        **{f"rate/{name}": mean(values) for name, values in sorted(parts.items())},  # e.g. rate/numbers_ok
         "n_problems": len(problems),
         "k": k,
         "greedy": greedy,

@@ -1,4 +1,7 @@
-"""Recorded sweeps for the exercises: `python -m minirl.sweeps lr --out minirl/assets/sweeps/lr_sweep.json`.
+"""Recorded sweeps for the exercises and the lessons' panels.
+
+    python -m minirl.sweeps lr --out minirl/assets/sweeps/lr_sweep.json       # exercise 7
+    python -m minirl.sweeps lessons --study benchmarks/study                   # lessons 05-07 (from the study)
 
 The learning-rate sweep trains every algorithm's preset from the shipped policy at each learning rate
 (seed 0, one run at a time, in this process) and writes one small JSON file. Per run it stores the config,
@@ -27,7 +30,7 @@ from .runs import Run, code_version
 LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 ALGOS = ("ppo", "grpo", "dapo")
 METRICS = ("reward_mean", "entropy", "completion_len_mean", "frac_reward_zero_std",
-           "eval/accuracy_sampled", "eval/accuracy_greedy")
+           "eval/accuracy_sampled", "eval/accuracy_greedy", "samples", "kl_ref", "clip_frac_low", "clip_frac_high")
 
 
 def _number(value) -> float | None:
@@ -99,11 +102,63 @@ def load_sweep(path: str | Path = RECORDED_LR_SWEEP) -> list[Run]:
     runs = []
     for point in record["runs"]:
         columns = point["metrics"]
-        history = [{"step": step, **{m: columns[m][i] for m in METRICS if columns[m][i] is not None}}
+        names = [m for m in columns if m != "step"]  # older files have fewer metrics
+        history = [{"step": step, **{m: columns[m][i] for m in names if columns[m][i] is not None}}
                    for i, step in enumerate(columns["step"])]
         meta = {"status": point["status"], "error": point["error"], "seconds": point["seconds"]}
+        if point.get("label"):
+            meta["label"] = point["label"]
         runs.append(Run(config=RLConfig.from_dict(point["config"]), history=history, meta=meta))
     return runs
+
+
+# Lessons 05-07: which study points each panel shows from the start (seed 0). Every one is a configuration
+# the panel can reproduce with its sliders (study base config + slider values), so a click on it is answered
+# from this file at once.
+LESSON_SWEEPS = {
+    "lr": ("lesson05_lr.json", "learning rate: ppo, grpo, dapo at 3.2e-5 .. 1e-3 (study claim H7)", ("H7",), ()),
+    "group": ("lesson06_batch_group.json", "group size G 2..16 (grpo, dapo; study claim H1) and batch size B "
+              "2..16 (grpo, G 8)", ("H1",), ("batch",)),
+    "clip": ("lesson07_clip.json", "dapo clipping: symmetric 0.1/0.2/0.3 and clip-higher 0.2/0.28 (study claim H8)",
+             ("H8",), ("clip",)),
+}
+LESSON_DIR = Path(__file__).parent / "assets" / "sweeps"
+
+
+def lesson_sweep(name: str, study_dir: Path, out_dir: Path = LESSON_DIR, seed: int = 0, threads: int | None = None) -> dict:
+    """Write the lesson sweep `name` from the study's run folders, training (seed 0) any point not there yet."""
+    from .study import CLAIMS, LESSON_POINTS, SCALES, run_point
+
+    if threads:
+        torch.set_num_threads(threads)
+    file, what, claims, extras = LESSON_SWEEPS[name]
+    points = [p for c in claims for p in CLAIMS[c].points] + [p for e in extras for p in LESSON_POINTS[e]]
+    record = {"what": what, "command": f"python -m minirl.sweeps lessons --only {name} --study {study_dir}",
+              "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "code_version": code_version(), "torch": torch.__version__, "runs": []}
+    for point in points:
+        path = run_point(point, SCALES["cpu"], seed, Path(study_dir) / "runs")
+        run = Run.load(path)
+        history = run.history
+        study = json.loads((path / "study.json").read_text(encoding="utf-8"))
+        record["runs"].append({
+            "algo": run.config.algo, "lr": run.config.lr, "label": point.label,
+            "status": "failed" if study["error"] else "finished", "error": study["error"],
+            "seconds": round(float(study["train_seconds"]), 1), "config": run.config.to_dict(),
+            "metrics": {"step": [row["step"] for row in history],
+                        **{m: [_number(row.get(m)) for row in history] for m in METRICS}}})
+    out = Path(out_dir) / file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n", encoding="utf-8")
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {len(points)} runs)")
+    return record
+
+
+def load_lesson_sweep(name: str) -> list[Run]:
+    """The precomputed runs a lesson panel starts with: "lr" (05), "group" (06) or "clip" (07)."""
+    if name not in LESSON_SWEEPS:
+        raise ValueError(f"name={name!r} is not allowed: choose one of {list(LESSON_SWEEPS)}")
+    return load_sweep(LESSON_DIR / LESSON_SWEEPS[name][0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--eval-n", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
+    q = sub.add_parser("lessons", help="the lessons' panel sweeps, from a `python -m minirl study` folder")
+    q.add_argument("--study", type=Path, default=Path("benchmarks/study"), help="the study's --out folder")
+    q.add_argument("--only", default=",".join(LESSON_SWEEPS), help="comma-separated: " + ", ".join(LESSON_SWEEPS))
+    q.add_argument("--out", type=Path, default=LESSON_DIR, help="folder for the lesson JSON files")
+    q.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.sweep == "lessons":
+        for name in args.only.split(","):
+            if name not in LESSON_SWEEPS:
+                parser.error(f"--only {name!r} is not allowed: choose from {list(LESSON_SWEEPS)}")
+            lesson_sweep(name, args.study, args.out, threads=args.threads)
+        return 0
     lr_sweep(args.out, [float(x) for x in args.lrs.split(",")], args.algos.split(","), args.steps,
              args.eval_every, args.eval_n, args.threads)
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from tqdm.auto import tqdm
 
 from . import advantages as adv
@@ -229,6 +230,16 @@ def run_evaluation(policy, task, config: RLConfig) -> dict[str, float]:
             "eval/format_rate_sampled": sampled["format_rate"], "eval/mean_length_sampled": sampled["mean_length"]}
 
 
+def new_accelerator(config: RLConfig, device: torch.device) -> Accelerator:
+    """An Accelerator for this run. accelerate keeps one global state per process and refuses a second
+    mixed-precision setting ("restart your runtime"), so a bf16 run after an fp32 one in the same notebook
+    would fail: forget the previous run's settings first (the distributed part, PartialState, is kept)."""
+    state = AcceleratorState._shared_state
+    if state and state.get("_mixed_precision") not in (None, config.mixed_precision):
+        AcceleratorState._reset_state(reset_partial_state=False)
+    return Accelerator(mixed_precision=config.mixed_precision, cpu=device.type == "cpu")
+
+
 def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path | None = None, resume: bool = False,
           cache=None, progress: bool = True, accelerator: Accelerator | None = None, advantage_fn=None) -> Run:
     """Train `policy` in place on `task` with `config`; return the Run (config + per-step metrics).
@@ -252,7 +263,7 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
         if hit is not None:
             return hit
         run_dir = run_dir or cache.path_for(key)
-    acc = accelerator or Accelerator(mixed_precision=config.mixed_precision, cpu=policy.device.type == "cpu")
+    acc = accelerator or new_accelerator(config, policy.device)
     rank, world = acc.process_index, acc.num_processes
     if config.batch_size % world:
         raise ValueError(f"RLConfig.batch_size={config.batch_size} must be divisible by the {world} processes")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,6 +28,14 @@ from .trainer import describe_task, train
 
 ALGOS = ("ppo", "grpo", "dapo", "dr_grpo", "rloo")
 REDRAW_SECONDS = 0.5  # at most ~2 redraws per second while a run trains
+
+
+def same_config(a: RLConfig, b: RLConfig) -> bool:
+    """Equal configs, floats compared to 1e-9 relative (a log slider's 10**-4.5 vs 1e-4 * 10**-0.5)."""
+    da, db = a.to_dict(), b.to_dict()
+    return da.keys() == db.keys() and all(
+        math.isclose(x, y, rel_tol=1e-9) if isinstance(x, float) and isinstance(y, (int, float)) else x == y
+        for x, y in ((da[k], db[k]) for k in da))
 
 
 def _default_policy():
@@ -166,6 +175,11 @@ class ExperimentPanel:
             if config is None:
                 return
             self._running = True
+        shown = next((r for r in self.runs if r.status == "finished" and same_config(r.config, config)), None)
+        if shown is not None:  # a precomputed or earlier run of exactly this config is already on the plot
+            self._say(f"already on the plot: {shown.label} (no training needed)")
+            self._running = False
+            return
         try:
             policy = self.policy_factory()
             if self.cache is not None:

@@ -51,7 +51,10 @@ def test_pass_at_k_is_the_combinatorial_formula(nck):
 
 
 def check_metrics(m: dict, n: int, k: int, greedy: bool) -> None:
-    assert set(m) == KEYS
+    rates = {key for key in m if key.startswith("rate/")}  # one per score component the task reports
+    assert set(m) - rates == KEYS
+    for key in rates:
+        assert 0.0 <= m[key] <= 1.0, key
     assert m["n_problems"] == n and m["k"] == k and m["greedy"] is greedy
     for key in ("accuracy", "pass_at_k", "format_rate", "truncation_rate", "reward_mean"):
         assert 0.0 <= m[key] <= 1.0, key
@@ -72,6 +75,10 @@ def test_evaluate_greedy_and_sampled(tiny_policy):
     assert (s["accuracy"] * 72) == pytest.approx(round(s["accuracy"] * 72))
     # a correct Countdown answer gets reward 1, anything else less
     assert g["reward_mean"] == pytest.approx(g["accuracy"])
+    # component rates: correct implies numbers_ok implies format_ok
+    assert {"rate/format_ok", "rate/numbers_ok", "rate/correct"} <= set(g)
+    assert g["rate/correct"] == pytest.approx(g["accuracy"]) and g["rate/format_ok"] == pytest.approx(g["format_rate"])
+    assert g["rate/correct"] <= g["rate/numbers_ok"] <= g["rate/format_ok"]
 
 
 def test_greedy_evaluation_is_deterministic(tiny_policy):

@@ -62,6 +62,15 @@ def test_same_seed_same_metrics():
     assert strip(a.history) == strip(b.history)
 
 
+def test_mixed_precision_can_change_between_runs_in_one_process():
+    """accelerate keeps a global state; a bf16 run after an fp32 one (a notebook, the study) must still work."""
+    fp32 = train(load_policy(device="cpu"), TASK, small("grpo", steps=1), progress=False)
+    bf16 = train(load_policy(device="cpu"), TASK, small("grpo", steps=1, mixed_precision="bf16"), progress=False)
+    again = train(load_policy(device="cpu"), TASK, small("grpo", steps=1), progress=False)
+    assert [len(r.history) for r in (fp32, bf16, again)] == [2, 2, 2]
+    assert fp32.history[1]["reward_mean"] == again.history[1]["reward_mean"]
+
+
 def test_resume_matches_uninterrupted_run(tmp_path):
     cfg = small("grpo", steps=4, eval_every=2, checkpoint_every=2, lr=1e-4)
     full = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path / "full", progress=False)

@@ -97,3 +97,39 @@ def test_precomputed_runs_show_at_once(tmp_path):
     assert p.runs == [done]
     assert "precomputed-grpo" in p.table.value
     assert any(ax.lines for ax in p.fig.axes)
+    # Run on exactly that config is answered from the precomputed run: nothing trains (the factory would fail)
+    p.click_run()
+    assert p.jobs_started == 0 and not p.busy and "already on the plot" in p.status.value
+    # a log-slider value equal up to rounding (10**-4.5 vs 1e-4 * 10**-0.5) still matches
+    q = experiment_panel("grpo", base_config={**BASE, "lr": 1e-4 * 10 ** -0.5},
+                         precomputed=[Run(RLConfig.preset("grpo", **{**BASE, "lr": 10 ** -4.5}),
+                                          history=[{"step": 0}], meta={"status": "finished"})],
+                         policy_factory=lambda: None)
+    q.click_run()
+    assert q.jobs_started == 0 and "already on the plot" in q.status.value
+
+
+def test_lesson_sweeps_match_panel_configs():
+    """Every run of a shipped lesson sweep is a config the lesson's panel can make (so Run answers it at once)."""
+    from minirl.study import SCALES, Point
+    from minirl.sweeps import LESSON_SWEEPS, load_lesson_sweep
+    from minirl.widgets import same_config
+
+    base = Point("base", "grpo").config(SCALES["cpu"], 0).to_dict()
+    study_base = {k: base[k] for k in ("steps", "eval_every", "eval_n", "max_new_tokens")}
+    for name in LESSON_SWEEPS:
+        runs = load_lesson_sweep(name)
+        assert runs and all(r.history for r in runs), name
+        for run in runs:
+            panel = experiment_panel(run.config.algo if run.config.algo in ("ppo", "grpo", "dapo") else "dapo",
+                                     base_config={**study_base, **({"dynamic_sampling": False}
+                                                                     if run.config.algo == "dapo-noDS" else {})},
+                                     policy_factory=lambda: None)
+            panel.lr.value = run.config.lr
+            panel.batch_size.value, panel.group_size.value = run.config.batch_size, max(2, run.config.group_size)
+            panel.clip_low.value, panel.clip_high.value = run.config.clip_low, run.config.clip_high
+            panel.kl_on.value = run.config.kl_coef > 0
+            if run.config.kl_coef > 0:
+                panel.kl_coef.value = run.config.kl_coef
+            made = panel.config().replace(algo=run.config.algo)
+            assert same_config(made, run.config), (name, run.label)
