@@ -54,9 +54,12 @@ def test_run_then_cache_hit(panel):
     assert run.status == "finished" and [r["step"] for r in run.history] == [0, 1, 2]
     assert any(ax.lines for ax in panel.fig.axes)
     assert run.label in panel.table.value and "finished" in panel.status.value
-    panel.click_run()  # same config: from the cache, no training
-    assert panel.jobs_started == 1 and "from the cache" in panel.status.value
+    panel.click_run()  # same config: it is already on the plot, no training
+    assert panel.jobs_started == 1 and "already on the plot" in panel.status.value
     assert len(panel.runs) == 1  # already shown: not added twice
+    fresh = experiment_panel("grpo", base_config=BASE, cache=panel.cache, background=False)
+    fresh.click_run()  # a new panel (a restarted notebook) answers it from the run cache
+    assert fresh.jobs_started == 0 and "from the cache" in fresh.status.value and len(fresh.runs) == 1
     panel.seed.value = 1
     panel.click_run()
     assert len(panel.runs) == 2 and panel.jobs_started == 2
