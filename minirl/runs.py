@@ -34,7 +34,7 @@ STATUSES = ("running", "finished", "failed", "stopped")
 CONFIG_FILE, META_FILE, METRICS_FILE = "config.json", "meta.json", "metrics.jsonl"
 # Files and folders of the package that cannot change a training result; `code_version` ignores them.
 NOT_CORE = {"widgets", "widgets.py", "course", "course.py", "cli.py", "__main__.py", "plots.py", "selfcheck.py", "sweeps.py",
-            "study.py", "study_report.py"}
+            "study.py", "study_report.py", "study_verdicts.py"}
 
 
 # ----------------------------------------------------------------------------- JSON helpers

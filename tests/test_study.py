@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from minirl import study, study_report
+from minirl import study, study_verdicts
 from minirl.study import CLAIMS, SCALES, STUDY_FILE, Point, plan, point_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -99,7 +99,7 @@ def test_bad_arguments_name_the_value(capsys):
 def _point(label, series, x, **per_seed):
     numbers = {k: list(v) for k, v in per_seed.items()}
     return {"label": label, "series": series, "x": x, "runs": [], "numbers": numbers,
-            "stats": {k: study_report.stats(v) for k, v in numbers.items()}}
+            "stats": {k: study_verdicts.stats(v) for k, v in numbers.items()}}
 
 
 @pytest.mark.parametrize("accs, verdict", [
@@ -111,13 +111,13 @@ def test_verdicts_follow_their_rule(accs, verdict):
     entropy = [0.5, 0.5, 0.5]
     points = {f"grpo ent={e:g}": _point(f"grpo ent={e:g}", "grpo", e, sampled=a, entropy_end=entropy)
               for e, a in zip((0.0, 1e-3, 1e-2), accs)}
-    got, text, rule = study_report.verdict_H6(points, {"heldout/sampled": 0.2})
+    got, text, rule = study_verdicts.verdict_H6(points, {"heldout/sampled": 0.2})
     assert got == verdict and "entropy coef 0.01" in text and rule
 
 
 def test_clear_difference_needs_twice_the_standard_error():
-    a, b = study_report.stats([0.30, 0.32, 0.31]), study_report.stats([0.20, 0.22, 0.21])
-    d, bar = study_report.diff(a, b)
+    a, b = study_verdicts.stats([0.30, 0.32, 0.31]), study_verdicts.stats([0.20, 0.22, 0.21])
+    d, bar = study_verdicts.diff(a, b)
     assert d == pytest.approx(0.10) and bar == pytest.approx(2 * math.hypot(a["se"], b["se"]))
-    assert study_report.clear(d, bar) == 1 and study_report.clear(-d, bar) == -1
-    assert study_report.clear(0.001, bar) == 0 and study_report.clear(math.nan, bar) == 0
+    assert study_verdicts.clear(d, bar) == 1 and study_verdicts.clear(-d, bar) == -1
+    assert study_verdicts.clear(0.001, bar) == 0 and study_verdicts.clear(math.nan, bar) == 0
