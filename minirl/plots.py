@@ -80,15 +80,21 @@ def _check_runs(runs: Run | Iterable[Run]) -> list[Run]:
 
 
 def _curve(run: Run, metric: str, x: str, smooth: float) -> dict[int, tuple[float, float]]:
-    """step -> (x value, metric value) with NaN steps dropped and an EMA of factor `smooth` applied."""
+    """step -> (x value, metric value) with NaN steps dropped and a debiased EMA of factor `smooth` applied.
+
+    Held-out evaluations ("eval/...") are a few points far apart: they are never smoothed, so the last point
+    is the measured final accuracy. The EMA is debiased (divided by 1 - smooth^t, as TensorBoard does), so the
+    curve starts at the average of the first values instead of sticking to the first one."""
     steps, values = run.series(metric)
     x_at = dict(zip(*run.series(x))) if x != "step" else None
-    curve, ema = {}, None
+    smooth = 0.0 if metric.startswith("eval/") else smooth
+    curve, ema, t = {}, 0.0, 0
     for step, value in zip(steps, values):
         if math.isnan(value) or (x_at is not None and step not in x_at):
             continue
-        ema = value if ema is None else smooth * ema + (1 - smooth) * value
-        curve[step] = (float(step if x_at is None else x_at[step]), ema)
+        t += 1
+        ema = smooth * ema + (1 - smooth) * value
+        curve[step] = (float(step if x_at is None else x_at[step]), ema / (1 - smooth ** t))
     return curve
 
 

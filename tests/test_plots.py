@@ -119,3 +119,16 @@ def test_runs_table():
     assert len(lines) == 4 and lines[0].startswith("| run") and set(lines[1]) <= set("|-:")
     assert a.label in lines[2] and "0.95" in lines[2] and "15.0%" in lines[2] and "finished" in lines[3]
     assert lines[2].count(" - ") == 2  # no value_loss, no status
+
+
+def test_smoothing_is_debiased_and_leaves_evaluations_alone():
+    from minirl.plots import _curve
+
+    cfg = RLConfig.preset("grpo")
+    rows = [{"step": s, "reward_mean": 0.5, **({"eval/accuracy_sampled": 0.1 * s} if s % 2 == 0 else {})}
+            for s in range(1, 7)]
+    run = Run(cfg, history=rows)
+    flat = [y for _, y in _curve(run, "reward_mean", "step", 0.9).values()]
+    assert flat == pytest.approx([0.5] * 6)  # a constant stays constant from the first point on
+    evals = _curve(run, "eval/accuracy_sampled", "step", 0.9)
+    assert [y for _, y in evals.values()] == pytest.approx([0.2, 0.4, 0.6])  # measured values, unsmoothed
