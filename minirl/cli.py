@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(p)
     p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the shipped tiny policy")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (weights)")
+    p.add_argument("--dtype", default="float32", help="weights: float32 (default: AdamW updates of ~1e-6 vanish in "
+                   "bf16 weights; use --mixed-precision bf16 for speed), auto, bfloat16 or float16")
     p.add_argument("--run-dir", default=None, help="folder for metrics.jsonl, config.json and checkpoints")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")

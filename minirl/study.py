@@ -51,7 +51,7 @@ class Scale:
     prompt_style: str = "compact"  # Countdown prompt: "compact" for the tiny policy, "chat" for instruct models
     mixed_precision: str = "no"  # "bf16" on a GPU
     micro_batch_size: int = 0  # rows per forward/backward (0 = whole minibatch)
-    dtype: str | None = None  # load_policy dtype ("bfloat16" for big models)
+    dtype: str | None = None  # load_policy dtype of the weights (None: its default; "float32" to train with small lrs)
 
     def smoke(self) -> "Scale":
         """The same model and prompts, but runs of two steps on a handful of problems (tests, CI)."""
@@ -66,7 +66,7 @@ SCALES = {
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
                  group_size=8, lr=1e-6, max_new_tokens=256, prompt_style="chat", mixed_precision="bf16",
-                 micro_batch_size=16),  # fp32 weights + bf16 autocast: bf16 weights would lose 1e-6 updates
+                 micro_batch_size=16, dtype="float32"),  # fp32 weights + bf16 autocast: bf16 weights lose 1e-6 updates
 }
 
 
