@@ -50,7 +50,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     jobs = [p for p in problems for _ in range(k)]  # k consecutive samples per problem
     was_training = policy.model.training
     policy.model.eval()
-    correct, fmt, rewards, lengths, truncated, parts = [], [], [], [], [], {}
+    correct, rewards, lengths, truncated, parts = [], [], [], [], {}
     starts = range(0, len(jobs), batch_size)
     show = progress if progress is not None else len(starts) > 4
     for start in tqdm(starts, desc="evaluate", disable=not show, leave=False):
@@ -61,7 +61,6 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         for problem, text in zip(batch, roll.texts):
             score = task.score(problem, text)
             correct.append(float(score.correct))
-            fmt.append(float(score.components.get("format_ok", float("nan"))))
             rewards.append(score.reward)
             for name, value in score.components.items():
                 parts.setdefault(name, []).append(float(value))
@@ -74,7 +73,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     return {
         "accuracy": mean(correct),
         "pass_at_k": mean([pass_at_k(k, int(c), k) for c in per_problem]),
-        "format_rate": mean(fmt),
+        "format_rate": mean(parts["format_ok"]) if "format_ok" in parts else float("nan"),
         "reward_mean": mean(rewards),
         "mean_length": mean(lengths),
         "truncation_rate": mean(truncated),

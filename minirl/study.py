@@ -76,7 +76,8 @@ class Point:
 
     label: str
     preset: str  # "ppo", "grpo", "dapo"; "dapo-noDS" is DAPO without dynamic sampling
-    overrides: dict = field(default_factory=dict)  # RLConfig fields; "lr_x" multiplies the scale's lr
+    overrides: dict = field(default_factory=dict)  # RLConfig fields; "lr_x" multiplies the scale's lr, "steps_x"
+    # its steps (a longer run, evaluated twice as often)
     series: str = ""  # the line this point belongs to (e.g. the algorithm)
     x: float | str = ""  # its position on that line (e.g. G = 8)
     reward_scheme: str = "binary"  # Countdown reward: binary 0/1, tinyzero 0/0.1/1, dapo -1/+1
@@ -88,8 +89,9 @@ class Point:
         group = over.pop("group_size", scale.group_size)
         shape = (dict(batch_size=scale.batch_size * group, group_size=1) if preset == "ppo"  # same completions per step
                  else dict(batch_size=scale.batch_size, group_size=group))
-        steps = over.pop("steps", scale.steps)
-        base = dict(steps=steps, eval_every=over.pop("eval_every", scale.eval_every), eval_n=scale.eval_n,
+        steps_x = over.pop("steps_x", 1)
+        every = scale.eval_every if steps_x == 1 or not scale.eval_every else max(1, scale.eval_every // 2)
+        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=scale.eval_n,
                     lr=lr, max_new_tokens=scale.max_new_tokens, mixed_precision=scale.mixed_precision,
                     micro_batch_size=scale.micro_batch_size, seed=seed, algo=self.preset)
         return RLConfig.preset(preset, **{**base, **shape, **extra, **over})
@@ -156,17 +158,6 @@ LESSON_POINTS: dict[str, tuple[Point, ...]] = {
 }
 
 
-def point_config(point: Point, scale: Scale, seed: int) -> RLConfig:
-    """`Point.config` plus the study-level multiplier `steps_x` (a longer run, evaluated 4x as often)."""
-    over = dict(point.overrides)
-    mult = over.pop("steps_x", None)
-    if mult is None:
-        return point.config(scale, seed)
-    steps = int(scale.steps * mult)
-    every = max(1, scale.eval_every // 2) if scale.eval_every else 0
-    return dataclasses.replace(point, overrides={**over, "steps": steps, "eval_every": every}).config(scale, seed)
-
-
 def load_base_policy(scale: Scale, device: str | None):
     from .policy import load_policy
 
@@ -203,30 +194,45 @@ def finished_runs(runs_root: Path) -> dict[str, Path]:
     return found
 
 
-def identity(policy_name: str, task_description: str, config: RLConfig | dict) -> str:
+def identity(policy: str, task_description: str, config: RLConfig | dict) -> str:
     """What a study point is, without the code version that `run_key` adds: a finished run of the same policy,
     task and config is reused even if the package changed since (delete <out>/runs to start from scratch)."""
     config = config.to_dict() if isinstance(config, RLConfig) else config
-    return json.dumps([policy_name, task_description, config], sort_keys=True)
+    return json.dumps([policy, task_description, config], sort_keys=True)
+
+
+def policy_name(scale: Scale) -> str:
+    """The name a run of this scale records for its base policy (`Policy.name` of `load_base_policy`)."""
+    return "minirl/tiny-countdown" if scale.model is None else scale.model
+
+
+def find_finished(point: Point, scale: Scale, seed: int, runs_root: Path, name: str,
+                  done: dict[str, Path] | None = None) -> tuple[Path, bool]:
+    """(the run folder of (point, seed), whether it is finished). The folder is `<runs_root>/<run_key>`, or an
+    earlier folder of the same run made by another version of the package (found through `done`)."""
+    from .trainer import describe_task
+
+    task, config = describe_task(point.task(scale)), point.config(scale, seed)
+    path = runs_root / run_key(name, task, config)
+    if (path / STUDY_FILE).is_file():
+        return path, True
+    done = finished_runs(runs_root) if done is None else done
+    earlier = done.get(identity(name, task, config))
+    return (earlier, True) if earlier is not None else (path, False)
 
 
 def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: str | None = None,
-              policy_name: str | None = None, verbose: bool = True, done: dict[str, Path] | None = None) -> Path:
+              name: str | None = None, verbose: bool = True, done: dict[str, Path] | None = None) -> Path:
     """Train (point, seed) unless a finished run of it exists (its folder has a study.json); return the folder.
 
     done: `finished_runs(runs_root)`, when the caller already has it."""
-    from .trainer import DynamicSamplingExhausted, TrainingDiverged, describe_task, train
+    from .trainer import DynamicSamplingExhausted, TrainingDiverged, train
 
-    config = point_config(point, scale, seed)
+    config = point.config(scale, seed)
     task = point.task(scale)
-    name = policy_name or ("minirl/tiny-countdown" if scale.model is None else scale.model)
-    path = runs_root / run_key(name, describe_task(task), config)
-    if (path / STUDY_FILE).is_file():
+    path, finished = find_finished(point, scale, seed, runs_root, name or policy_name(scale), done)
+    if finished:
         return path
-    done = finished_runs(runs_root) if done is None else done
-    earlier = done.get(identity(name, describe_task(task), config))
-    if earlier is not None:  # the same run, made by an earlier version of the package
-        return earlier
     if path.exists():  # a run that was killed before its final evaluation: start it again
         shutil.rmtree(path)
     policy = load_base_policy(scale, device)
@@ -241,7 +247,7 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
               "code_version": code_version(), "threads": torch.get_num_threads(),
               "train_seconds": Run.load(path).meta.get("seconds", seconds),
               "final": final_evaluation(policy, point, scale, config)}
-    _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False, default=_nan_to_none) + "\n")
+    _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False) + "\n")
     if verbose:
         f = record["final"]
         print(f"  {point.label:24s} seed {seed}: {seconds:5.1f} s  held-out sampled {f['heldout/sampled']:.3f} "
@@ -250,11 +256,7 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
     return path
 
 
-def _nan_to_none(obj):
-    raise TypeError(f"{obj!r} is not JSON serialisable")
-
-
-def plan(claims: list[str], scale: Scale, seeds: int, policy_name: str) -> list[tuple[Point, int]]:
+def plan(claims: list[str], scale: Scale, seeds: int, policy: str) -> list[tuple[Point, int]]:
     """Every (point, seed) the claims need, seed by seed (so an early stop still covers every claim), without
     repeating a configuration two claims share (H4's GRPO is H1's GRPO G=8, ...)."""
     from .trainer import describe_task
@@ -263,7 +265,7 @@ def plan(claims: list[str], scale: Scale, seeds: int, policy_name: str) -> list[
     for seed in range(seeds):
         for name in claims:
             for point in CLAIMS[name].points:
-                key = run_key(policy_name, describe_task(point.task(scale)), point_config(point, scale, seed))
+                key = run_key(policy, describe_task(point.task(scale)), point.config(scale, seed))
                 if key not in seen:
                     seen.add(key)
                     jobs.append((point, seed))
@@ -275,7 +277,7 @@ def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: st
     """Run every job of `claims` (skipping finished ones), then write the report. Returns the seconds spent."""
     if threads:
         torch.set_num_threads(threads)
-    name = "minirl/tiny-countdown" if scale.model is None else scale.model
+    name = policy_name(scale)
     jobs = plan(claims, scale, seeds, name)
     runs_root = out / "runs"
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .runs import Run, _write_atomic, run_key
+from .runs import Run, _write_atomic
 from .study import (
     CLAIMS,
     STUDY_FILE,
@@ -24,15 +24,12 @@ from .study import (
     Point,
     Scale,
     final_evaluation,
+    find_finished,
     finished_runs,
-    identity,
     load_base_policy,
-    point_config,
+    policy_name,
 )
 from .study_verdicts import FIGURE_METRICS, VERDICTS, num, pct, stats
-
-PCT = {"sampled", "greedy", "transfer_sampled", "transfer_greedy", "transfer_numbers_ok", "format_only_end"}
-
 
 # ----------------------------------------------------------------------------- numbers per run and per point
 
@@ -81,26 +78,21 @@ def base_numbers(out: Path, scale: Scale) -> dict:
         return json.loads(file.read_text(encoding="utf-8"))
     point = Point("base", "grpo")
     numbers = final_evaluation(load_base_policy(scale, "cpu" if scale.name.startswith("cpu") else None), point,
-                               scale, point_config(point, scale, 0))
+                               scale, point.config(scale, 0))
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(file, json.dumps(numbers, indent=1) + "\n")
     return numbers
 
 
-def collect(claim: Claim, scale: Scale, seeds: int, runs_root: Path, policy_name: str, base: dict) -> dict:
+def collect(claim: Claim, scale: Scale, seeds: int, runs_root: Path, name: str, base: dict) -> dict:
     """{label: {"series", "x", "runs", "numbers" (metric -> per-seed list), "stats"}} of the finished runs."""
-    from .trainer import describe_task
-
     done = finished_runs(runs_root)
     points = {}
     for point in claim.points:
         runs, numbers = [], {}
         for seed in range(seeds):
-            task, config = describe_task(point.task(scale)), point_config(point, scale, seed)
-            path = runs_root / run_key(policy_name, task, config)
-            if not (path / STUDY_FILE).is_file():
-                path = done.get(identity(policy_name, task, config), path)
-            if not (path / STUDY_FILE).is_file():
+            path, finished = find_finished(point, scale, seed, runs_root, name, done)
+            if not finished:
                 continue
             run, record = Run.load(path), json.loads((path / STUDY_FILE).read_text(encoding="utf-8"))
             runs.append(run)
@@ -140,13 +132,13 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int, session
                  threads: int | None = None) -> str:
     """results/<claim>.json, figures/<claim>.png and STUDY.md (the table covers `claims`). Returns the markdown."""
     out = Path(out)
-    policy_name = "minirl/tiny-countdown" if scale.model is None else scale.model
+    policy = policy_name(scale)
     base = base_numbers(out, scale)
     (out / "results").mkdir(parents=True, exist_ok=True)
     rows, sections, total_seconds, total_runs = [], [], 0.0, set()
     for name in claims:
         claim = CLAIMS[name]
-        points = collect(claim, scale, seeds, out / "runs", policy_name, base)
+        points = collect(claim, scale, seeds, out / "runs", policy, base)
         complete = all(p["runs"] for p in points.values())
         for p in points.values():
             for r in p["runs"]:
@@ -168,7 +160,7 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int, session
         rows.append(f"| {name} {claim.title} | {claim.expectation} | {measured} | **{verdict}** (n = {n}) |")
         sections.append(_section(claim, points, verdict, rule, measured, command, complete))
     md = _markdown(rows, sections, base, scale, seeds, total_seconds, len(total_runs), session_seconds, threads)
-    md += _caveats(out / "runs", scale, policy_name)
+    md += _caveats(out / "runs")
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/ for {', '.join(claims)}")
     return md
@@ -193,7 +185,7 @@ def _section(claim, points, verdict, rule, measured, command, complete) -> str:
     return "\n".join(lines + ["", measured, ""])
 
 
-def _caveats(runs_root: Path, scale: Scale, policy_name: str) -> str:
+def _caveats(runs_root: Path) -> str:
     """What limits every verdict above, with the numbers that show it."""
     records = [json.loads(p.read_text(encoding="utf-8")) for p in runs_root.glob(f"*/{STUDY_FILE}")]
     if not records:

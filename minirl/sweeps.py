@@ -42,6 +42,11 @@ def _number(value) -> float | None:
     return float(f"{value:.4g}") if math.isfinite(value) else None
 
 
+def columns(history: list[dict]) -> dict:
+    """A run's metrics, column by column: "step" plus one list per METRICS entry, None where not measured."""
+    return {"step": [row["step"] for row in history], **{m: [_number(row.get(m)) for row in history] for m in METRICS}}
+
+
 def run_point(algo: str, lr: float, steps: int, eval_every: int, eval_n: int, seed: int = 0) -> dict:
     """Train one (algo, lr) point from the shipped policy; return its record, whether it finished or not."""
     from . import load_policy
@@ -59,8 +64,7 @@ def run_point(algo: str, lr: float, steps: int, eval_every: int, eval_n: int, se
     return {
         "algo": algo, "lr": lr, "status": status, "error": error,
         "seconds": round(time.perf_counter() - t0, 1), "config": config.to_dict(),
-        "metrics": {"step": [row["step"] for row in history],
-                    **{m: [_number(row.get(m)) for row in history] for m in METRICS}},
+        "metrics": columns(history),
     }
 
 
@@ -139,14 +143,12 @@ def lesson_sweep(name: str, study_dir: Path, out_dir: Path = LESSON_DIR, seed: i
     for point in points:
         path = run_point(point, SCALES["cpu"], seed, Path(study_dir) / "runs")
         run = Run.load(path)
-        history = run.history
         study = json.loads((path / "study.json").read_text(encoding="utf-8"))
         record["runs"].append({
             "algo": run.config.algo, "lr": run.config.lr, "label": point.label,
             "status": "failed" if study["error"] else "finished", "error": study["error"],
             "seconds": round(float(study["train_seconds"]), 1), "config": run.config.to_dict(),
-            "metrics": {"step": [row["step"] for row in history],
-                        **{m: [_number(row.get(m)) for row in history] for m in METRICS}}})
+            "metrics": columns(run.history)})
     out = Path(out_dir) / file
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n", encoding="utf-8")

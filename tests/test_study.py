@@ -6,7 +6,7 @@ import math
 import pytest
 
 from minirl import study, study_verdicts
-from minirl.study import CLAIMS, SCALES, STUDY_FILE, Point, plan, point_config
+from minirl.study import CLAIMS, SCALES, STUDY_FILE, Point, plan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -15,16 +15,16 @@ def test_claims_cover_the_issue_and_share_runs():
     assert list(CLAIMS) == [f"H{i}" for i in range(1, 10)]
     cpu = SCALES["cpu"]
     # H1: G 2..16 at a fixed number of prompts; PPO gets the same completions per step with G = 1
-    h1 = {p.label: point_config(p, cpu, 0) for p in CLAIMS["H1"].points}
+    h1 = {p.label: p.config(cpu, 0) for p in CLAIMS["H1"].points}
     assert {c.group_size for c in h1.values()} == {2, 4, 8, 16} and {c.batch_size for c in h1.values()} == {8}
-    ppo = point_config(Point("ppo", "ppo"), cpu, 0)
+    ppo = Point("ppo", "ppo").config(cpu, 0)
     assert (ppo.batch_size, ppo.group_size) == (64, 1) and ppo.kl_placement == "reward"
     # H2 places the KL where each algorithm puts it; H3's run without DS is twice as long
-    assert {point_config(p, cpu, 0).kl_placement for p in CLAIMS["H2"].points} == {"reward", "loss"}
-    ds, nods = (point_config(p, cpu, 0) for p in CLAIMS["H3"].points)
+    assert {p.config(cpu, 0).kl_placement for p in CLAIMS["H2"].points} == {"reward", "loss"}
+    ds, nods = (p.config(cpu, 0) for p in CLAIMS["H3"].points)
     assert ds.dynamic_sampling and not nods.dynamic_sampling and nods.steps == 2 * ds.steps
     # H7 spans 1.5 decades; its points are log-slider values 10**(k/10) so the lesson panel can hit them
-    lrs = sorted(point_config(p, cpu, 0).lr for p in CLAIMS["H7"].points if p.preset == "grpo")
+    lrs = sorted(p.config(cpu, 0).lr for p in CLAIMS["H7"].points if p.preset == "grpo")
     assert lrs[-1] / lrs[0] == pytest.approx(10 ** 1.5)
     assert all(abs(math.log10(lr) * 10 - round(math.log10(lr) * 10)) < 1e-9 for lr in lrs)
     # shared configurations are trained once: 32 distinct runs per seed, not the 43 points listed
@@ -32,7 +32,7 @@ def test_claims_cover_the_issue_and_share_runs():
     assert len(plan(list(CLAIMS), cpu, 3, "minirl/tiny-countdown")) == 3 * 32
     # every point has a distinct seed-wise config within its claim
     for claim in CLAIMS.values():
-        assert len({point_config(p, cpu, 0).to_json() for p in claim.points}) == len(claim.points)
+        assert len({p.config(cpu, 0).to_json() for p in claim.points}) == len(claim.points)
 
 
 def test_study_runs_resumes_and_reports(tmp_path, monkeypatch):
