@@ -1,7 +1,7 @@
 """Sampling speed on the shipped tiny policy: minirl's KV-cache loop vs no cache vs Hugging Face generate.
 
     python benchmarks/bench_sampling.py            # 10 repeats per case, ~15 s on 2 idle cores
-    python benchmarks/bench_sampling.py --repeats 3 --no-wait
+    python benchmarks/bench_sampling.py --repeats 3
 
 Batch of 64 Countdown train prompts (left-padded by the policy's tokenizer), temperature 1, top_p 1,
 16 new tokens. Three samplers:
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from _common import CpuMonitor, footer, header, timeit, wait_for_quiet  # noqa: E402
+from _common import header, timeit  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs, position_ids_from_mask, sample  # noqa: E402
 from minirl.tasks import Countdown  # noqa: E402
@@ -81,12 +81,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-wait", type=float, default=25.0, help="minutes to wait for other jobs, then run anyway")
-    parser.add_argument("--no-wait", action="store_true", help="do not wait for other heavy jobs to finish")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    quiet = True if args.no_wait else wait_for_quiet(max_wait_s=args.max_wait * 60)
-    header("bench_sampling", quiet)
+    header("bench_sampling")
 
     policy = load_policy(device="cpu")
     policy.model.eval()
@@ -136,16 +133,15 @@ def main() -> None:
 
     rows = []
     results = {}
-    with CpuMonitor() as cpu:  # how much CPU other processes took while we timed
-        for mode in ("fixed16", "eos"):
-            for name, fns in cases.items():
-                t = timeit(fns[mode], repeats=args.repeats, warmup=args.warmup)
-                results[(name, mode)] = t["result"]
-                shapes = [tokens_of(name, mode, r) for r in t["results"]]
-                steps = sum(c.shape[1] for c, _ in shapes) / len(shapes)  # decoding steps per batch
-                real_tokens = sum(int(m.sum()) for _, m in shapes) / len(shapes)  # tokens up to and incl. EOS
-                rows.append((mode, name, t["median_s"] * 1e3, t["min_s"] * 1e3, t["max_s"] * 1e3, steps,
-                             real_tokens, real_tokens / t["median_s"]))
+    for mode in ("fixed16", "eos"):
+        for name, fns in cases.items():
+            t = timeit(fns[mode], repeats=args.repeats, warmup=args.warmup)
+            results[(name, mode)] = t["result"]
+            shapes = [tokens_of(name, mode, r) for r in t["results"]]
+            steps = sum(c.shape[1] for c, _ in shapes) / len(shapes)  # decoding steps per batch
+            real_tokens = sum(int(m.sum()) for _, m in shapes) / len(shapes)  # tokens up to and incl. EOS
+            rows.append((mode, name, t["median_s"] * 1e3, t["min_s"] * 1e3, t["max_s"] * 1e3, steps,
+                         real_tokens, real_tokens / t["median_s"]))
 
     print(f"\nmedian of {args.repeats} batches after {args.warmup} warm-up; batch {B}; up to {NEW_TOKENS} new tokens")
     print("| mode | sampler | median ms/batch | min | max | mean steps/batch | mean tokens/batch | tokens/s |")
@@ -188,8 +184,7 @@ def main() -> None:
         fresh = completion_logprobs(model, pids, pmask, comp, cmask)["logprobs"]
         print(f"  padded batch ({int((pmask == 0).sum())} pad tokens) (c) HF output_scores:  "
               f"{max_masked_diff(hf_lp, fresh, cmask):.2e}")
-    print(f"\nduring the timings: {cpu.describe()}")
-    footer(quiet)
+
 
 
 if __name__ == "__main__":

@@ -1,21 +1,18 @@
 """Where the time of one RL step goes, on the shipped tiny policy (CPU).
 
-    python benchmarks/bench_step.py                 # ~25 s on 2 idle cores
-    python benchmarks/bench_step.py --steps 5 --no-wait
+    python benchmarks/bench_step.py                 # ~40 s on 2 quiet cores
+    python benchmarks/bench_step.py --steps 5
 
-1. GRPO (RLConfig.preset("grpo"): batch 8 prompts x G 8 = 64 completions, up to 16 tokens, k3 KL to a
-   reference with beta 0.04) split into its parts, by running the body of `minirl.trainer.train`'s loop here
-   with a timer around each part: generation (`sample`, prompt encoding and decoding included), reward
-   (`task.score` on 64 texts), the no-grad forwards (old log-probs: skipped by this preset since
-   epochs x minibatches = 1; reference log-probs), advantages, and `learn` (forward + backward + grad clip +
-   AdamW, plus its metric bookkeeping).
-2. Total step time of `minirl.trainer.train` itself (its `step_seconds` metric) for the presets grpo, ppo
-   (batch 64 x 1, value head, 2 epochs x 2 minibatches) and dapo (8 x 8, dynamic sampling, clip-higher).
-3. bf16 autocast vs fp32 for the learning part only, on a fixed batch of 64 sampled completions:
+1. Step time of `minirl.train` for the presets grpo (8 prompts x G 8, k3 KL to a reference with beta 0.04),
+   ppo (64 x 1, value head, 2 epochs x 2 minibatches) and dapo (8 x 8, dynamic sampling, clip-higher), split
+   into the phases that `minirl.step.rl_step` records in every metrics row: time/generation (sampling and
+   scoring, every dynamic-sampling round included), time/reference (no-grad forwards: old log-probs and values,
+   the reference model) and time/learn (advantages, forward + backward + grad clip + AdamW for every update).
+2. bf16 autocast vs fp32 for the learning part only, on a fixed batch of 64 sampled completions:
    forward (`completion_logprobs` with entropy) + clipped loss + backward + AdamW, each precision on its own
    copy of the policy; and the max |log-prob difference| of a bf16-autocast forward vs an fp32 one.
    bf16 autocast is NOT used by minirl on CPU: this only measures the lever.
-Every timing is the median over the timed steps after warm-up.
+Every timing is the median over the timed steps after warm-up (evaluation excluded).
 """
 
 from __future__ import annotations
@@ -30,89 +27,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from accelerate import Accelerator  # noqa: E402
 
-from _common import CpuMonitor, footer, header, other_jobs, timeit, wait_for_quiet  # noqa: E402
+from _common import header, timeit  # noqa: E402
 from minirl import losses as L  # noqa: E402
-from minirl.actor_critic import ActorCritic  # noqa: E402
 from minirl.config import RLConfig  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs, sample  # noqa: E402
 from minirl.tasks import Countdown  # noqa: E402
-from minirl.trainer import _seed, compute_advantages, forward_in_chunks, learn, train  # noqa: E402
+from minirl.trainer import train  # noqa: E402
 
-
-def grpo_breakdown(steps: int, warmup: int) -> None:
-    config = RLConfig.preset("grpo", batch_size=8, group_size=8, max_new_tokens=16)
-    policy, task = load_policy(device="cpu"), Countdown()
-    # --- the set-up of train(), minus runs, checkpoints and evaluation
-    acc = Accelerator(mixed_precision=config.mixed_precision, cpu=True)
-    torch.manual_seed(config.seed)
-    ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if config.kl_coef > 0 else None
-    actor_critic = ActorCritic(policy.model, config.critic)
-    optimizer = torch.optim.AdamW(actor_critic.parameters(), lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                                  eps=config.adam_eps, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    model, optimizer = acc.prepare(actor_critic, optimizer)
-
-    parts = {k: [] for k in ("generation", "reward", "old forward", "ref forward", "advantages", "learn", "total")}
-    gen_tokens = []
-    for step in range(warmup + steps):
-        clock = {}
-        t_start = t = time.perf_counter()
-
-        def lap(name):
-            nonlocal t
-            now = time.perf_counter()
-            clock[name] = now - t
-            t = now
-
-        # generation: the body of trainer.generate, split into sampling and scoring
-        problems = task.problems("train", config.batch_size, seed=_seed(config, step, 0))
-        prompts = [p.prompt for p in problems for _ in range(config.group_size)]
-        ids, mask = policy.encode_prompts(prompts)
-        gen = torch.Generator().manual_seed(_seed(config, step, 0, 0))
-        with acc.autocast():
-            roll = sample(policy, ids, mask, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                          top_p=config.top_p, generator=gen)
-        lap("generation")
-        scores = [task.score(problems[i // config.group_size], text) for i, text in enumerate(roll.texts)]
-        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
-        group_ids = torch.arange(len(problems)).repeat_interleave(config.group_size)
-        lap("reward")
-        # the rest: as in train()'s loop
-        cmask = roll.completion_mask.float()
-        rows = config.micro_batch_size or len(roll) // config.minibatches
-        need_old = config.epochs * config.minibatches > 1 or config.critic != "none"
-        with acc.autocast():
-            old = forward_in_chunks(lambda *a: model(*a, config.temperature, with_entropy=False), roll, rows,
-                                    ("logprobs",)) if need_old else {}
-            lap("old forward")
-            ref = forward_in_chunks(lambda *a: completion_logprobs(ref_model, *a, config.temperature), roll, rows,
-                                    ("logprobs",))["logprobs"] if ref_model is not None else None
-            lap("ref forward")
-        advantages, returns = compute_advantages(config, rewards, group_ids, cmask, old.get("logprobs"), ref, None)
-        lap("advantages")
-        learn(acc, model, optimizer, scheduler, config, roll, advantages, returns, cmask, old.get("logprobs"), None,
-              ref, step + 1)
-        lap("learn")
-        clock["total"] = time.perf_counter() - t_start
-        if step >= warmup:
-            for k, v in clock.items():
-                parts[k].append(v)
-            gen_tokens.append(int(roll.completion_mask.sum()))
-
-    total = statistics.median(parts["total"])
-    print(f"\n## GRPO step breakdown (preset grpo: {config.batch_size} x {config.group_size}, "
-          f"max_new_tokens {config.max_new_tokens}, kl_coef {config.kl_coef}); median of {steps} steps after "
-          f"{warmup} warm-up")
-    print(f"old forward needed: {need_old} (epochs={config.epochs}, minibatches={config.minibatches}); "
-          f"mean generated tokens per step {statistics.mean(gen_tokens):.0f} (of 64 x 16 = 1024 max)")
-    print("| part | median ms | share of median total |")
-    print("|---|---|---|")
-    for k, v in parts.items():
-        med = statistics.median(v) * 1e3
-        print(f"| {k} | {med:.1f} | {'' if k == 'total' else f'{med / (total * 1e3):.0%}'} |")
+PHASES = ("time/generation", "time/reference", "time/learn")
 
 
 def train_steps(name: str, steps: int, warmup: int) -> dict:
@@ -126,10 +50,12 @@ def train_steps(name: str, steps: int, warmup: int) -> dict:
     tps = [r["tokens_per_s"] for r in rows]
     gen_batches = statistics.mean(r["gen_batches"] for r in rows)
     zero_std = statistics.mean(r["frac_reward_zero_std"] for r in rows)  # of the first round's groups
+    phases = {k: statistics.median(r[k] for r in rows) * 1e3 for k in PHASES}
     return {"algo": name, "shape": f"{config.batch_size} x {config.group_size}", "median_ms": statistics.median(secs) * 1e3,
             "min_ms": min(secs) * 1e3, "max_ms": max(secs) * 1e3, "tokens_per_s": statistics.median(tps),
             "gen_batches": gen_batches, "updates": config.epochs * config.minibatches, "n": len(secs), "wall": wall,
-            "kl": config.kl_coef, "critic": config.critic, "zero_std": zero_std}
+            "kl": config.kl_coef, "critic": config.critic, "zero_std": zero_std,
+            "phases": phases}
 
 
 def bf16_vs_fp32(repeats: int, warmup: int) -> None:
@@ -194,40 +120,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-wait", type=float, default=25.0, help="minutes to wait for other jobs, then run anyway")
-    parser.add_argument("--no-wait", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    deadline = time.monotonic() + args.max_wait * 60  # one waiting budget for the whole script
+    header("bench_step")
 
-    def section(label: str, run) -> None:
-        """Wait for quiet before each part and say afterwards whether another job showed up meanwhile."""
-        quiet_before = True if args.no_wait else wait_for_quiet(max_wait_s=max(0.0, deadline - time.monotonic()))
-        with CpuMonitor() as cpu:
-            run()
-        busy_after = bool(other_jobs())
-        print(f"[{label}: other heavy jobs before: {'none' if quiet_before else 'YES'}, after: "
-              f"{'YES - contended' if busy_after else 'none'}; {cpu.describe()}]")
+    print(f"\n## Step time of minirl.train (its step_seconds and the phases rl_step records), median of {args.steps} "
+          f"steps after {args.warmup} warm-up (evaluation excluded)")
+    print("| preset | prompts x G | updates/step | critic | kl_coef | median ms/step | min | max | generation ms | "
+          "reference ms | learn ms | mean generation rounds | groups with all-equal rewards (1st round) | "
+          "generated tokens/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in ("grpo", "ppo", "dapo"):
+        r = train_steps(name, args.steps, args.warmup)
+        ph = r["phases"]
+        print(f"| {r['algo']} | {r['shape']} | {r['updates']} | {r['critic']} | {r['kl']} | {r['median_ms']:.1f} | "
+              f"{r['min_ms']:.1f} | {r['max_ms']:.1f} | {ph['time/generation']:.1f} | {ph['time/reference']:.1f} | "
+              f"{ph['time/learn']:.1f} | {r['gen_batches']:.2f} | "
+              f"{'-' if r['shape'].endswith('x 1') else format(r['zero_std'], '.0%')} | {r['tokens_per_s']:,.0f} |")
+    bf16_vs_fp32(repeats=max(args.steps // 2, 3), warmup=args.warmup)
 
-    quiet = True if args.no_wait else wait_for_quiet(max_wait_s=args.max_wait * 60)
-    header("bench_step", quiet)
-    section("GRPO breakdown", lambda: grpo_breakdown(args.steps, args.warmup))
-
-    def totals():
-        print(f"\n## Total step time of minirl.trainer.train (its step_seconds), median of {args.steps} steps after "
-              f"{args.warmup} warm-up (evaluation excluded)")
-        print("| preset | prompts x G | updates/step | critic | kl_coef | median ms/step | min | max | "
-              "mean generation rounds | groups with all-equal rewards (1st round) | generated tokens/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for name in ("grpo", "ppo", "dapo"):
-            r = train_steps(name, args.steps, args.warmup)
-            print(f"| {r['algo']} | {r['shape']} | {r['updates']} | {r['critic']} | {r['kl']} | {r['median_ms']:.1f} | "
-                  f"{r['min_ms']:.1f} | {r['max_ms']:.1f} | {r['gen_batches']:.2f} | "
-                  f"{'-' if r['shape'].endswith('x 1') else format(r['zero_std'], '.0%')} | {r['tokens_per_s']:,.0f} |")
-
-    section("train() totals", totals)
-    section("bf16 vs fp32", lambda: bf16_vs_fp32(repeats=max(args.steps // 2, 3), warmup=args.warmup))
-    footer(quiet)
 
 if __name__ == "__main__":
     main()

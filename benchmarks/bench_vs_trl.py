@@ -242,7 +242,7 @@ def compare_losses(compute_loss, dtype) -> None:
                                   "ref_per_token_logps": ref[rows], "num_items_in_batch": total_tokens}
                         theirs_loss = theirs_loss + compute_loss(trainer, None, inputs)
                         metrics = trainer._metrics["train"]
-                        # minirl: the per-token loss and aggregation of trainer.learn, with the step's totals
+                        # minirl: the per-token loss and aggregation of step.learn, with the step's totals
                         pg, clip = L.clipped_surrogate(lp_o[rows], old[rows], adv[rows], eps_low, eps_high)
                         tokens = pg + beta * L.kl_penalty(lp_o[rows], ref[rows], "k3") if beta else pg
                         totals = dict(num_tokens=(m.sum() if loss_type == "bnpo" else total_tokens).clamp(min=1),

@@ -72,7 +72,7 @@ class ActorCritic(nn.Module):
         return params
 
 
-def state_bytes(params, adam: bool = True, grads: bool = True) -> int:
-    """Bytes held for parameters (+ gradients + AdamW's two moments) — the analytic part of training memory."""
-    n = sum(p.numel() * p.element_size() for p in params)
-    return n * (1 + int(grads) + 2 * int(adam))
+def training_state_bytes(trainable_params: int, frozen_params: int = 0, bytes_per_param: int = 4) -> int:
+    """The analytic part of training memory: every trainable parameter is held 4 times (weight, gradient and
+    AdamW's two moments), a frozen one (the KL reference) once. Activations come on top."""
+    return (4 * trainable_params + frozen_params) * bytes_per_param

@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from .config import PRESETS
+
 
 def add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-count", type=int, default=3, help="numbers per Countdown problem (3 or 4)")
@@ -52,7 +54,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_sft(args) -> int:
     from . import evaluate
-    from .policy import SHIPPED_POLICY, new_tiny_policy
+    from .policy import SHIPPED_NAME, SHIPPED_POLICY, new_tiny_policy
     from .sft import model_card, sft, write_card
     from .tasks import Countdown
 
@@ -65,7 +67,7 @@ def cmd_sft(args) -> int:
     greedy = evaluate(policy, task, n=args.eval_n, greedy=True, seed=0)
     sampled = evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, temperature=1.0, seed=0)
     out = args.out or SHIPPED_POLICY
-    policy.name = "minirl/tiny-countdown"
+    policy.name = SHIPPED_NAME
     policy.save(out)
     command = "python -m minirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     meta = {"command": command, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
@@ -182,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sft)
 
     p = sub.add_parser("train", help="one RL run: a preset plus any RLConfig field as a flag")
-    p.add_argument("--algo", default="grpo", choices=["ppo", "grpo", "dapo", "dr_grpo", "rloo"],
+    p.add_argument("--algo", default="grpo", choices=list(PRESETS),
                    help="the preset to start from (see RLConfig.preset); default grpo")
     add_config_args(p)
     p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the shipped tiny policy")
@@ -218,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["study"]:  # its own parser (minirl.study), so `study --help` lists the study's options
+    if argv[:1] == ["study"]:  # the study is a wing with its own parser, so `study --help` lists its options
         from .study import main as study_main
 
         return study_main(argv[1:])

@@ -14,28 +14,27 @@ import sys
 import time
 from pathlib import Path
 
-from .config import RLConfig
+from .actor_critic import training_state_bytes
+from .config import PAPER_ALGOS, RLConfig
+from .policy import SHIPPED_NAME
 from .runs import Run, RunCache, default_cache_dir, run_key
 
 # The same budget for every algorithm: 600 rollout steps of 64 completions (8 prompts x G 8, or 64 x 1
 # for PPO), 16 new tokens. Learning rates were tuned by hand on the tiny policy (a few 600-step runs each):
 # DAPO makes 4 updates per rollout, so it needs a smaller step than the single-update GRPO.
 BUDGET = dict(steps=600, eval_every=100, eval_n=300, max_new_tokens=16)
-LEARNING_RATES = {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5, "dr_grpo": 1e-4, "rloo": 1e-4}
-ALGOS = ("ppo", "grpo", "dapo")
-SHIPPED_NAME = "minirl/tiny-countdown"  # Policy.name of load_policy()
+LEARNING_RATES = {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5}  # other presets: 1e-4
 
 
-def compare_configs(algos=ALGOS, **overrides) -> dict[str, RLConfig]:
+def compare_configs(algos=PAPER_ALGOS, **overrides) -> dict[str, RLConfig]:
     return {a: RLConfig.preset(a, **{**BUDGET, "lr": LEARNING_RATES.get(a, 1e-4), **overrides}) for a in algos}
 
 
 def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool) -> Run:
     """Train one config in a child process (unless cached) and return its Run from the cache."""
-    from .tasks import Countdown
-    from .trainer import describe_task
+    from .tasks import Countdown, task_identity
 
-    key = run_key(SHIPPED_NAME, describe_task(Countdown()), config)
+    key = run_key(SHIPPED_NAME, task_identity(Countdown()), config)
     run = cache.get(key)
     if run is not None:
         print(f"{config.algo}: answered from the run cache ({cache.path_for(key)})")
@@ -75,14 +74,13 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def memory_rows(num_params: int, hidden_size: int, bytes_per_param: int = 4) -> list[dict]:
-    """What each setup keeps in memory besides activations: trainable weights + gradients + AdamW's two
-    moments (4 copies), plus a frozen reference model (1 copy) when a KL term is on."""
+    """What each setup keeps in memory besides activations (`training_state_bytes`): the trainable policy and
+    critic, plus a frozen reference model when a KL term is on."""
     setups = [("ppo (value head, KL)", hidden_size + 1, True), ("ppo (separate critic, KL)",
               num_params + hidden_size + 1, True), ("grpo (KL 0.04)", 0, True), ("grpo / dapo (no KL)", 0, False)]
     rows = []
     for name, critic, reference in setups:
-        trainable = num_params + critic
-        state = (4 * trainable + (num_params if reference else 0)) * bytes_per_param
+        state = training_state_bytes(num_params + critic, num_params if reference else 0, bytes_per_param)
         rows.append({"setup": name, "critic_params": critic, "reference_params": num_params if reference else 0,
                      "state_mb": state / 2**20})
     return rows
@@ -108,7 +106,7 @@ def memory_table(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
-def compare(out: str | Path = "results", algos=ALGOS, cache_dir: str | Path | None = None, threads: int = 2,
+def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Path | None = None, threads: int = 2,
             quiet: bool = False, **overrides) -> list[Run]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """`RLConfig`: every knob of PPO, GRPO and DAPO in one dataclass, and the presets that name them.
 
-The three algorithms are switches of one machine (DESIGN.md §3):
+The three algorithms are switches of one machine:
 
 | switch            | PPO                  | GRPO                    | DAPO                          |
 |-------------------|----------------------|-------------------------|-------------------------------|
@@ -199,7 +199,7 @@ class RLConfig:
 #   without which the ratio stays 1 and clip-higher never acts); max_gen_batches 10 as in verl's DAPO recipe.
 # - Dr. GRPO: Liu et al. 2025: mean-only advantages, constant normaliser (sum / (B * L_max)).
 # - RLOO: Ahmadian et al. 2024: leave-one-out baseline.
-PRESETS: dict[str, dict] = {
+PRESETS: dict[str, dict] = {  # the algorithms minirl offers, by name
     "ppo": dict(advantage="gae", critic="head", group_size=1, batch_size=64, whiten_advantages=True,
                 kl_coef=0.01, kl_estimator="k1", kl_placement="reward", loss_agg="token-mean",
                 epochs=2, minibatches=2, lr=3e-5, vf_coef=0.5, value_clip=0.2, gamma=1.0, lam=0.95),
@@ -211,3 +211,4 @@ PRESETS: dict[str, dict] = {
     "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
 }
+PAPER_ALGOS = ("ppo", "grpo", "dapo")  # the three that Lian 2025 compares, and the course with it

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .rollout import check_sampling_args, sample
 
@@ -53,7 +54,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     correct, rewards, lengths, truncated, parts = [], [], [], [], {}
     starts = range(0, len(jobs), batch_size)
     show = progress if progress is not None else len(starts) > 4
-    for start in tqdm(starts, desc="evaluate", disable=not show, leave=False):
+    for start in tqdm(starts, desc="evaluate", disable=not show, leave=False, file=sys.stdout):
         batch = jobs[start:start + batch_size]
         ids, mask = policy.encode_prompts([p.prompt for p in batch])
         roll = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,

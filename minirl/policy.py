@@ -21,6 +21,7 @@ from transformers.utils import logging as hf_logging
 from .tokenizer import build_char_tokenizer
 
 SHIPPED_POLICY = Path(__file__).parent / "assets" / "tiny-countdown"
+SHIPPED_NAME = "minirl/tiny-countdown"  # `Policy.name` of `load_policy()`: part of every run's cache key
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -136,7 +137,7 @@ def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.d
 def build_tiny_llama(vocab_size: int, hidden_size: int = 128, intermediate_size: int = 512,
                      num_layers: int = 4, num_heads: int = 4, max_positions: int = 64,
                      seed: int = 0) -> LlamaForCausalLM:
-    """The default policy's architecture: a ~1 M-parameter Llama with tied embeddings (DESIGN.md §4)."""
+    """The default policy's architecture: a ~1 M-parameter Llama with tied embeddings."""
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -190,7 +191,7 @@ def load_policy(name_or_path: str | Path | None = None, *, device: str | torch.d
         use_chat_template = getattr(tokenizer, "chat_template", None) is not None
     elif use_chat_template and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"use_chat_template=True but the tokenizer of {str(path)!r} has no chat_template")
-    name = "minirl/tiny-countdown" if name_or_path is None else str(name_or_path)
+    name = SHIPPED_NAME if name_or_path is None else str(name_or_path)
     return Policy(model=model, tokenizer=tokenizer, name=name, use_chat_template=use_chat_template)
 
 

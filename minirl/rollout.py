@@ -6,7 +6,7 @@ Two functions hold all the token bookkeeping of RL for LMs:
   KV cache, and records log π(token) at the sampling temperature — the "old" log-probs of PPO.
 - `completion_logprobs(...)` recomputes those log-probs (with gradients) in one forward pass over
   prompt + completion. Both divide the logits by the same temperature and use the same position ids,
-  so on the first PPO step ratio = exp(new − old) = 1 (DESIGN.md §3: a classic bug is forgetting the
+  so on the first PPO step ratio = exp(new − old) = 1 (a classic bug is forgetting the
   temperature in one of the two places).
 
 Conventions, for a batch of B prompts padded to P tokens and completions padded to T tokens:
@@ -44,6 +44,10 @@ class Rollout:
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(prompt_ids, prompt_mask, completion_ids, completion_mask): what a forward over the rollout reads."""
+        return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask
 
     def select(self, index: torch.Tensor | list[int]) -> "Rollout":
         """The rows in `index` (a list of ints or a long/bool tensor)."""

@@ -12,7 +12,7 @@ finished; `Run.load` skips a half-written last line. Files are written by Python
 parsers do not. numpy and torch scalars are converted with `.item()`.
 
 `RunCache` stores finished runs under a key (`run_key`) that hashes everything that determines the result:
-policy, task, config, the source code of the package (`code_version`) and anything extra. Change any of
+policy, task, config, the source code of the RL core (`code_version`) and anything extra. Change any of
 these and the key changes, so a stale result is never reused.
 """
 
@@ -32,9 +32,9 @@ from .config import RLConfig
 
 STATUSES = ("running", "finished", "failed", "stopped")
 CONFIG_FILE, META_FILE, METRICS_FILE = "config.json", "meta.json", "metrics.jsonl"
-# Files and folders of the package that cannot change a training result; `code_version` ignores them.
-NOT_CORE = {"widgets", "widgets.py", "course", "course.py", "cli.py", "__main__.py", "plots.py", "selfcheck.py", "sweeps.py",
-            "study.py", "study_report.py", "study_verdicts.py"}
+# minirl's wings (ARCHITECTURE.md): sub-packages that use the RL core and that the core never imports, so
+# nothing in them can change a training result. `code_version` hashes everything else.
+WINGS = ("course", "study")
 
 
 # ----------------------------------------------------------------------------- JSON helpers
@@ -246,19 +246,21 @@ class Run:
 
 # ----------------------------------------------------------------------------- keys and cache
 
-def code_version() -> str:
-    """`minirl.__version__` + a short hash of the package's core source, so editing the math invalidates caches.
+def core_files() -> list[Path]:
+    """The RL core's source files, sorted: every `*.py` of the package outside the WINGS folders."""
+    root = Path(__file__).resolve().parent
+    return sorted(f for f in root.rglob("*.py") if f.relative_to(root).parts[0] not in WINGS)
 
-    Hashes every `*.py` under the package (sorted by path) except those in NOT_CORE (CLI, widgets, plots)."""
+
+def code_version() -> str:
+    """`minirl.__version__` + a short hash of the RL core's source (`core_files`): editing the math, the
+    sampler or the trainer changes it and so invalidates every cached run; editing a lesson tool does not."""
     from . import __version__
 
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for file in sorted(root.rglob("*.py")):
-        rel = file.relative_to(root)
-        if any(part in NOT_CORE for part in rel.parts):
-            continue
-        digest.update(rel.as_posix().encode() + b"\0")
+    for file in core_files():
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
         digest.update(file.read_bytes().replace(b"\r\n", b"\n") + b"\0")  # same hash on Windows checkouts
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
@@ -298,18 +300,6 @@ class RunCache:
         except Exception:  # a corrupt or half-written folder is a cache miss, not an error
             return None
         return run if run.status == "finished" else None
-
-    def list(self) -> list[Run]:
-        """Every loadable run under the root (any status), oldest first."""
-        if not self.root.is_dir():
-            return []
-        runs = []
-        for path in sorted(p for p in self.root.iterdir() if p.is_dir()):
-            try:
-                runs.append(Run.load(path))
-            except Exception:
-                continue
-        return sorted(runs, key=lambda r: str(r.meta.get("started_at", "")))
 
     def __repr__(self) -> str:
         return f"RunCache({str(self.root)!r})"

@@ -8,11 +8,12 @@ accuracy is low enough (15-40 %) to leave room for RL to show what it does.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .rollout import completion_logprobs
 
@@ -47,7 +48,7 @@ def sft(policy, task, *, steps: int = 300, batch_size: int = 128, lr: float = 1e
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup_steps)))
     policy.model.train()
     history, start = [], time.perf_counter()
-    bar = tqdm(range(steps), desc="sft", disable=not progress)
+    bar = tqdm(range(steps), desc="sft", disable=not progress, file=sys.stdout)
     for step in bar:
         batch = problems[step * batch_size:(step + 1) * batch_size]
         tensors = encode_examples(policy, [p.prompt for p in batch], [p.solution for p in batch])

@@ -41,13 +41,3 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     )
     return tokenizer
 
-
-def check_encodable(tokenizer, text: str) -> None:
-    """Raise a clear error if `text` has characters the character tokenizer cannot represent."""
-    vocab = tokenizer.get_vocab()
-    bad = sorted({c for c in text if c not in vocab})
-    if bad:
-        raise ValueError(
-            f"text {text[:40]!r} has characters {bad} that the character tokenizer cannot encode; "
-            f"allowed characters: {CHARACTERS!r}"
-        )

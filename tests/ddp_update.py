@@ -12,7 +12,7 @@ from accelerate import Accelerator
 from minirl import Countdown, load_policy
 from minirl.actor_critic import ActorCritic
 from minirl.config import RLConfig
-from minirl.trainer import compute_advantages, generate, learn
+from minirl.step import Batch, Learner, compute_advantages, generate, learn
 
 torch.set_num_threads(1)
 out, loss_agg = sys.argv[1], sys.argv[2]
@@ -31,8 +31,8 @@ model = ActorCritic(policy.model)
 optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
 model, optimizer = acc.prepare(model, optimizer)
-learn(acc, model, optimizer, scheduler, config, roll.select(rows), advantages[rows], None, mask[rows],
-      None, None, None, step=1)
+batch = Batch(roll, advantages, mask, old_logprobs=None, ref_logprobs=None, old_values=None, returns=None)
+learn(Learner(acc, model, optimizer, scheduler, reference=None), config, batch.rows(torch.tensor(rows)), step=1)
 if acc.is_main_process:
     torch.save({"processes": acc.num_processes,
                 "params": [p.detach().clone() for p in acc.unwrap_model(model).parameters()]}, out)

@@ -1,4 +1,4 @@
-"""A real-browser check of lesson 05's experiment panel (DESIGN.md §5).
+"""A real-browser check of lesson 05's experiment panel, in JupyterLab driven by headless Chromium.
 
 JupyterLab runs on 127.0.0.1 (free port, no token, SMOKE mode, every HOME/Jupyter/matplotlib dir in a temp
 dir); Debian's headless Chromium, driven by Playwright, opens notebooks/05_learning_rate.ipynb, waits for the

@@ -13,7 +13,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from minirl.course import CourseError, build, build_notebook, check, grade, grade_notebook
+from minirl.course.build import CourseError, build, build_notebook, check
+from minirl.course.grade import grade, grade_notebook
 from minirl.course.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from minirl.course import grade, grade_notebook
+from minirl.course.grade import grade, grade_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

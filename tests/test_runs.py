@@ -125,7 +125,7 @@ def test_code_version_is_stable():
 
 def test_cache_returns_only_finished_runs_and_never_raises(tmp_path, monkeypatch):
     cache = RunCache(tmp_path / "cache")
-    assert not cache.root.exists() and cache.list() == []  # created lazily
+    assert not cache.root.exists()  # created lazily
     make_run(cache.path_for("done"), status="finished")
     make_run(cache.path_for("live"))
     make_run(cache.path_for("broke"), status="failed")
@@ -139,7 +139,6 @@ def test_cache_returns_only_finished_runs_and_never_raises(tmp_path, monkeypatch
     assert cache.get("done").status == "finished" and len(cache.get("done").history) == 3
     for key in ("live", "broke", "garbage", "oldconf", "meta_only", "missing"):
         assert cache.get(key) is None
-    assert sorted(r.path.name for r in cache.list()) == ["broke", "done", "live"]
     with pytest.raises(ValueError, match="key="):
         cache.path_for("../escape")
 

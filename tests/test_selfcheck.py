@@ -1,11 +1,11 @@
-"""minirl.selfcheck: the exercise notebooks' self-checks report in words and never raise for the learner's code."""
+"""minirl.course.selfcheck: the exercise notebooks' self-checks report in words and never raise for the learner's code."""
 
 import math
 
 import pytest
 import torch
 
-from minirl.selfcheck import Case, check, compare, implemented, run_if_implemented
+from minirl.course.selfcheck import Case, check, compare, implemented, run_if_implemented
 
 
 def double(x):

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from minirl import study, study_verdicts
+from minirl import study
 from minirl.study import CLAIMS, SCALES, STUDY_FILE, Point, plan
+from minirl.study.stats import clear, diff, stats
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,7 +30,7 @@ def test_claims_cover_the_issue_and_share_runs():
     assert all(abs(math.log10(lr) * 10 - round(math.log10(lr) * 10)) < 1e-9 for lr in lrs)
     # shared configurations are trained once: 32 distinct runs per seed, not the 43 points listed
     assert sum(len(c.points) for c in CLAIMS.values()) == 43
-    assert len(plan(list(CLAIMS), cpu, 3, "minirl/tiny-countdown")) == 3 * 32
+    assert len(plan(list(CLAIMS), cpu, 3)) == 3 * 32
     # every point has a distinct seed-wise config within its claim
     for claim in CLAIMS.values():
         assert len({p.config(cpu, 0).to_json() for p in claim.points}) == len(claim.points)
@@ -54,15 +55,15 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch):
     killed = folders[1]
     (killed / STUDY_FILE).unlink()
     trained = []
-    from minirl import trainer
+    from minirl.study import jobs
 
-    original = trainer.train
+    original = jobs.train
 
     def counting_train(*args, **kwargs):
         trained.append(kwargs.get("run_dir"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(trainer, "train", counting_train)
+    monkeypatch.setattr(jobs, "train", counting_train)
     assert study.main(["--only", "H8", "--seeds", "2", "--smoke", "--out", str(out), "--device", "cpu"]) == 0
     assert trained == [killed] and (killed / STUDY_FILE).is_file()
     # nothing left to do: no training at all
@@ -99,7 +100,7 @@ def test_bad_arguments_name_the_value(capsys):
 def _point(label, series, x, **per_seed):
     numbers = {k: list(v) for k, v in per_seed.items()}
     return {"label": label, "series": series, "x": x, "runs": [], "numbers": numbers,
-            "stats": {k: study_verdicts.stats(v) for k, v in numbers.items()}}
+            "stats": {k: stats(v) for k, v in numbers.items()}}
 
 
 @pytest.mark.parametrize("accs, verdict", [
@@ -111,13 +112,13 @@ def test_verdicts_follow_their_rule(accs, verdict):
     entropy = [0.5, 0.5, 0.5]
     points = {f"grpo ent={e:g}": _point(f"grpo ent={e:g}", "grpo", e, sampled=a, entropy_end=entropy)
               for e, a in zip((0.0, 1e-3, 1e-2), accs)}
-    got, text, rule = study_verdicts.verdict_H6(points, {"heldout/sampled": 0.2})
+    got, text, rule = CLAIMS["H6"].verdict(points, {"heldout/sampled": 0.2})
     assert got == verdict and "entropy coef 0.01" in text and rule
 
 
 def test_clear_difference_needs_twice_the_standard_error():
-    a, b = study_verdicts.stats([0.30, 0.32, 0.31]), study_verdicts.stats([0.20, 0.22, 0.21])
-    d, bar = study_verdicts.diff(a, b)
+    a, b = stats([0.30, 0.32, 0.31]), stats([0.20, 0.22, 0.21])
+    d, bar = diff(a, b)
     assert d == pytest.approx(0.10) and bar == pytest.approx(2 * math.hypot(a["se"], b["se"]))
-    assert study_verdicts.clear(d, bar) == 1 and study_verdicts.clear(-d, bar) == -1
-    assert study_verdicts.clear(0.001, bar) == 0 and study_verdicts.clear(math.nan, bar) == 0
+    assert clear(d, bar) == 1 and clear(-d, bar) == -1
+    assert clear(0.001, bar) == 0 and clear(math.nan, bar) == 0

@@ -1,6 +1,6 @@
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from minirl.tokenizer import CHARACTERS, VOCAB, build_char_tokenizer, check_encodable
+from minirl.tokenizer import CHARACTERS, VOCAB, build_char_tokenizer
 
 
 def test_is_a_real_fast_tokenizer_with_specials():
@@ -34,12 +34,3 @@ def test_left_padding_and_batch_decode():
     assert enc["attention_mask"][1][:6] == [0] * 6
     assert tok.batch_decode([[6, 13, 7, 2, 0]], skip_special_tokens=True) == ["3+4"]
 
-
-def test_unknown_character_is_reported():
-    tok = build_char_tokenizer()
-    try:
-        check_encodable(tok, "3+x")
-    except ValueError as err:
-        assert "'x'" in str(err) and CHARACTERS in str(err)
-    else:
-        raise AssertionError("expected ValueError")

@@ -4,7 +4,7 @@ import pytest
 
 from minirl.config import RLConfig
 from minirl.runs import Run, RunCache
-from minirl.widgets import ExperimentPanel, experiment_panel
+from minirl.course.widgets import ExperimentPanel, experiment_panel
 
 BASE = dict(batch_size=2, group_size=4, steps=2, eval_every=0, eval_n=8, max_new_tokens=8, overlong_cache=2)
 
@@ -115,8 +115,8 @@ def test_precomputed_runs_show_at_once(tmp_path):
 def test_lesson_sweeps_match_panel_configs():
     """Every run of a shipped lesson sweep is a config the lesson's panel can make (so Run answers it at once)."""
     from minirl.study import SCALES, Point
-    from minirl.sweeps import LESSON_SWEEPS, load_lesson_sweep
-    from minirl.widgets import same_config
+    from minirl.course.sweeps import LESSON_SWEEPS, load_lesson_sweep
+    from minirl.course.widgets import same_config
 
     base = Point("base", "grpo").config(SCALES["cpu"], 0).to_dict()
     study_base = {k: base[k] for k in ("steps", "eval_every", "eval_n", "max_new_tokens")}

@@ -1,13 +1,13 @@
-"""The course tooling: build student exercises from solution notebooks, check they are fresh, grade.
+"""The course tooling: what the notebooks use beside the RL core. Import the module you need:
+
+    minirl.course.widgets     experiment panels for the lessons (sliders, Run/Stop, live plot, run cache)
+    minirl.course.sweeps      recorded sweeps the panels and exercise 7 start from; `python -m minirl.course.sweeps`
+    minirl.course.selfcheck   the exercises' self-checks: which case failed, expected vs got
+    minirl.course.build       solutions/*.ipynb (nbgrader markers and metadata) -> exercises/*.ipynb
+    minirl.course.grade       run student notebooks with the solution's test cells put back, and score them
 
     python -m minirl.course build [--solutions solutions] [--out exercises] [--check]
     python -m minirl.course grade PATH [--solutions solutions] [--timeout 120] [--out grades]
 
-build.py turns `solutions/*.ipynb` (nbgrader markers and metadata) into `exercises/*.ipynb`;
-grade.py runs student notebooks with the solution's test cells put back and scores them.
+Nothing in the RL core imports this package; the lesson notebooks and the exercises do.
 """
-
-from .build import CourseError, build, build_notebook, check
-from .grade import grade, grade_notebook
-
-__all__ = ["CourseError", "build", "build_notebook", "check", "grade", "grade_notebook"]

@@ -1,6 +1,7 @@
 """Tasks: where problems come from and how completions are scored."""
 
-from minirl.tasks.base import FunctionTask, Problem, Score, Task, in_test_split
+from minirl.tasks.base import FunctionTask, Problem, Score, Task, in_test_split, task_identity
 from minirl.tasks.countdown import Countdown, safe_eval, used_numbers
 
-__all__ = ["Problem", "Score", "Task", "FunctionTask", "Countdown", "safe_eval", "used_numbers", "in_test_split"]
+__all__ = ["Problem", "Score", "Task", "FunctionTask", "Countdown", "safe_eval", "used_numbers", "in_test_split",
+           "task_identity"]

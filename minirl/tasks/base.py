@@ -13,7 +13,10 @@ To bring your own task in a few lines, use `FunctionTask`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
+import json
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -57,6 +60,41 @@ class Task(Protocol):
     def score(self, problem: Problem, completion: str) -> Score:
         """Score one completion of `problem.prompt`; must never raise on any string."""
         ...
+
+
+def task_identity(task) -> str:
+    """What makes a task this task, as text that is the same in every process: part of a run's cache key.
+
+    A task may define `identity() -> str`. A dataclass task (Countdown, FunctionTask, ...) is its class and its
+    fields, with each function named by module, qualified name and a hash of its source code, so the same task
+    gets the same key in every Python process. Any other object falls back to `repr`, which is only stable if it
+    holds no memory address (an `<object at 0x...>` repr simply never hits the cache).
+    """
+    if callable(getattr(task, "identity", None)):
+        return str(task.identity())
+    if dataclasses.is_dataclass(task) and not isinstance(task, type):
+        fields = {f.name: _value_identity(getattr(task, f.name)) for f in dataclasses.fields(task)}
+        return json.dumps({"task": f"{type(task).__module__}.{type(task).__qualname__}", **fields}, sort_keys=True)
+    return repr(task)
+
+
+def _value_identity(value: Any) -> Any:
+    """A JSON-able stand-in for a task field: plain values as they are, functions by name and source hash."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_value_identity(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _value_identity(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    code = getattr(value, "__code__", None)
+    if code is not None:  # a function or lambda: its source (bytecode if the source is gone), not its address
+        try:
+            text = inspect.getsource(value)
+        except (OSError, TypeError):
+            text = repr((code.co_code, code.co_consts, code.co_names))
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        return f"{value.__module__}.{value.__qualname__}#{digest}"
+    return repr(value)
 
 
 def in_test_split(key: str, test_fraction: float) -> bool:

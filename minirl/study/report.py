@@ -2,34 +2,21 @@
 
     python -m minirl study --report-only --out benchmarks/study
 
-The numbers of each run come from its metrics and its study.json; the verdict rules live in study_verdicts.
+The numbers of each run come from its metrics and its study.json; each claim's verdict rule is in claims.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import platform
 import statistics
 from pathlib import Path
 
-import torch
-
-from .runs import Run, _write_atomic
-from .study import (
-    CLAIMS,
-    STUDY_FILE,
-    Claim,
-    Point,
-    Scale,
-    final_evaluation,
-    find_finished,
-    finished_runs,
-    load_base_policy,
-    policy_name,
-)
-from .study_verdicts import FIGURE_METRICS, VERDICTS, num, pct, stats
+from ..runs import Run, _write_atomic
+from .claims import CLAIMS
+from .jobs import STUDY_FILE, final_evaluation, load_base_policy, run_folder
+from .points import Claim, Point, Scale
+from .stats import num, pct, stats
 
 # ----------------------------------------------------------------------------- numbers per run and per point
 
@@ -84,15 +71,14 @@ def base_numbers(out: Path, scale: Scale) -> dict:
     return numbers
 
 
-def collect(claim: Claim, scale: Scale, seeds: int, runs_root: Path, name: str, base: dict) -> dict:
+def collect(claim: Claim, scale: Scale, seeds: int, runs_root: Path, base: dict) -> dict:
     """{label: {"series", "x", "runs", "numbers" (metric -> per-seed list), "stats"}} of the finished runs."""
-    done = finished_runs(runs_root)
     points = {}
     for point in claim.points:
         runs, numbers = [], {}
         for seed in range(seeds):
-            path, finished = find_finished(point, scale, seed, runs_root, name, done)
-            if not finished:
+            path = run_folder(point, scale, seed, runs_root)
+            if not (path / STUDY_FILE).is_file():
                 continue
             run, record = Run.load(path), json.loads((path / STUDY_FILE).read_text(encoding="utf-8"))
             runs.append(run)
@@ -107,12 +93,11 @@ def draw(claim: Claim, points: dict, file: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    from .plots import plot_runs
+    from ..plots import plot_runs
 
     runs = [r for p in points.values() for r in p["runs"]]
     label = {id(r): p["label"] for p in points.values() for r in p["runs"]}
-    fig = plot_runs(runs, FIGURE_METRICS[claim.name], group_by=lambda r: label[id(r)], smooth=0.6,
-                    x="samples" if claim.name == "H3" else "step",
+    fig = plot_runs(runs, claim.figure, group_by=lambda r: label[id(r)], smooth=0.6, x=claim.x,
                     title=f"{claim.name} · {claim.title} (mean ± std over seeds)")
     fig.set_size_inches(11, 4)
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -128,25 +113,23 @@ def _jsonable(points: dict) -> list[dict]:
                        for k, s in p["stats"].items()}} for p in points.values()]
 
 
-def write_report(out: Path, claims: list[str], scale: Scale, seeds: int, session_seconds: float | None = None,
-                 threads: int | None = None) -> str:
-    """results/<claim>.json, figures/<claim>.png and STUDY.md (the table covers `claims`). Returns the markdown."""
+def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
+    """results/<claim>.json, figures/<claim>.png and STUDY.md (the table covers `claims`). Returns the markdown.
+
+    Everything in it comes from the run folders, so the same runs give the same report on any machine."""
     out = Path(out)
-    policy = policy_name(scale)
     base = base_numbers(out, scale)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    rows, sections, total_seconds, total_runs = [], [], 0.0, set()
+    rows, sections, records = [], [], {}
     for name in claims:
         claim = CLAIMS[name]
-        points = collect(claim, scale, seeds, out / "runs", policy, base)
+        points = collect(claim, scale, seeds, out / "runs", base)
         complete = all(p["runs"] for p in points.values())
         for p in points.values():
             for r in p["runs"]:
-                if r.path not in total_runs:
-                    total_runs.add(r.path)
-                    total_seconds += float(json.loads((r.path / STUDY_FILE).read_text())["train_seconds"])
+                records[r.path] = json.loads((r.path / STUDY_FILE).read_text(encoding="utf-8"))
         if complete:
-            verdict, measured, rule = VERDICTS[name](points, base)
+            verdict, measured, rule = claim.verdict(points, base)
         else:
             verdict, measured, rule = "not run", "some points have no finished run yet", "-"
         n = min(len(p["runs"]) for p in points.values())
@@ -159,8 +142,8 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int, session
             draw(claim, points, out / "figures" / f"{name}.png")
         rows.append(f"| {name} {claim.title} | {claim.expectation} | {measured} | **{verdict}** (n = {n}) |")
         sections.append(_section(claim, points, verdict, rule, measured, command, complete))
-    md = _markdown(rows, sections, base, scale, seeds, total_seconds, len(total_runs), session_seconds, threads)
-    md += _caveats(out / "runs")
+    records = list(records.values())
+    md = "\n".join(_intro(base, scale, seeds, records) + rows + [""] + sections) + _caveats(records, scale, seeds)
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/ for {', '.join(claims)}")
     return md
@@ -185,39 +168,16 @@ def _section(claim, points, verdict, rule, measured, command, complete) -> str:
     return "\n".join(lines + ["", measured, ""])
 
 
-def _caveats(runs_root: Path) -> str:
-    """What limits every verdict above, with the numbers that show it."""
-    records = [json.loads(p.read_text(encoding="utf-8")) for p in runs_root.glob(f"*/{STUDY_FILE}")]
-    if not records:
-        return ""
-    best4 = max(r["final"]["transfer4/sampled"] for r in records)
-    uses4 = max((r["final"].get("transfer4/sampled_numbers_ok") or 0.0) for r in records)
-    failed = sorted({r["point"] for r in records if r.get("error")})
-    threads = sorted({r.get("threads") for r in records if r.get("threads")})
-    versions = sorted({r.get("code_version") for r in records if r.get("code_version")})
-    counts = {v: sum(r.get("code_version") == v for r in records) for v in versions}
-    lines = ["## Reading these verdicts", "",
-             f"- **Transfer.** The best 4-number Countdown accuracy of any run was {100 * best4:.1f} %, and the largest "
-             f"share of 4-number answers that used all four numbers was {100 * uses4:.1f} %: the tiny policy was "
-             "warm-started on 3-number problems only and (almost) never writes a 4-number expression, so this scale cannot "
-             "test the paper's transfer claim. The GPU configuration (`--scale gpu`) can.",
-             "- **Scale.** Each run is 80 steps of a 1 M-parameter model on 16-token answers. Effects that need long "
-             "reasoning (length growth, reward hacking through long outputs) have no room to appear here.",
-             "- **Noise.** With 3 seeds a clear difference must be large (about 3-5 accuracy points here); "
-             "*inconclusive* means no difference that large, not that the paper is wrong.",
-             "- **Runs that stopped early** (dynamic sampling exhausted or a diverged loss) are results, evaluated "
-             f"where they stopped: {', '.join(failed) if failed else 'none'}.",
-             f"- **Timing.** Runs used {', '.join(map(str, threads)) or '?'} torch thread(s) while other jobs (lesson "
-             "notebooks) used the machine's second core, so the seconds are upper bounds and only roughly comparable.",
-             f"- **Code.** minirl version recorded by {sum(counts.values())} of {len(records)} runs: "
-             + (", ".join(f"{v} ({n})" for v, n in counts.items()) or "none")
-             + "; the others come from the same study invocation, which started before runs recorded it."]
-    return "\n".join(lines) + "\n"
+def _recorded(records: list[dict], key: str) -> str:
+    """The distinct values the runs recorded for `key` (machine, torch, threads, code_version), with counts."""
+    values = [str(r.get(key, "?")) for r in records]
+    return ", ".join(f"{v} ({values.count(v)} runs)" if len(set(values)) > 1 else v for v in sorted(set(values)))
 
 
-def _markdown(rows, sections, base, scale, seeds, total_seconds, total_runs, session_seconds, threads) -> str:
+def _intro(base: dict, scale: Scale, seeds: int, records: list[dict]) -> list[str]:
     smoke = " --smoke" if "smoke" in scale.name else ""
-    head = [
+    minutes = sum(float(r["train_seconds"]) for r in records) / 60
+    return [
         "# The paper's claims at small scale", "",
         "Lian 2025 (arXiv 2512.07611) trained Qwen2.5-1.5B-Instruct on Countdown with PPO, GRPO and DAPO. This "
         f"study re-tests its claims with minirl's tiny policy ({scale.name} scale: {scale.steps} steps per run, "
@@ -225,11 +185,10 @@ def _markdown(rows, sections, base, scale, seeds, total_seconds, total_runs, ses
         f"prompts × 1 for PPO; base lr {scale.lr:g}; {seeds} seeds per point; held-out evaluation on {scale.eval_n} "
         "problems). Every number below comes from the runs of `python -m minirl study "
         f"--seeds {seeds}{smoke}`; each claim alone: `python -m minirl study --only H1` (and so on).", "",
-        f"- Machine: {platform.machine()} ({os.cpu_count()} cores), torch {torch.__version__}"
-        + (f", {threads} torch thread(s)" if threads else "") + ". Timings are single measurements and noisy.",
-        f"- Compute: {total_runs} distinct runs (claims share runs: H4's GRPO is H1's G 8, ...), "
-        f"{total_seconds / 60:.1f} minutes of training and evaluation in all"
-        + (f"; this invocation took {session_seconds / 60:.1f} minutes" if session_seconds else "") + ".",
+        f"- Runs: {len(records)} distinct runs (claims share runs: H4's GRPO is H1's G 8, ...), {minutes:.1f} minutes "
+        f"of training in all; machine {_recorded(records, 'machine')}, torch {_recorded(records, 'torch')}, "
+        f"{_recorded(records, 'threads')} torch thread(s), minirl {_recorded(records, 'code_version')}. "
+        "Timings are single measurements and noisy.",
         f"- Base policy: held-out sampled accuracy {100 * base['heldout/sampled']:.1f} %, greedy "
         f"{100 * base['heldout/greedy']:.1f} %; 4-number Countdown (never trained on) sampled "
         f"{100 * base['transfer4/sampled']:.1f} %, greedy {100 * base['transfer4/greedy']:.1f} %.",
@@ -238,4 +197,25 @@ def _markdown(rows, sections, base, scale, seeds, total_seconds, total_runs, ses
         "says otherwise; ± is the std over seeds.", "",
         "| claim | expectation (paper) | what we measured | verdict at this scale |", "|---|---|---|---|",
     ]
-    return "\n".join(head + rows + [""] + sections)
+
+
+def _caveats(records: list[dict], scale: Scale, seeds: int) -> str:
+    """What limits every verdict above, with the numbers that show it."""
+    if not records:
+        return ""
+    best4 = max(r["final"]["transfer4/sampled"] for r in records)
+    uses4 = max((r["final"].get("transfer4/sampled_numbers_ok") or 0.0) for r in records)
+    failed = sorted({r["point"] for r in records if r.get("error")})
+    lines = ["## Reading these verdicts", "",
+             f"- **Transfer.** The best 4-number Countdown accuracy of any run was {100 * best4:.1f} %, and the largest "
+             f"share of 4-number answers that used all four numbers was {100 * uses4:.1f} %: the tiny policy was "
+             "warm-started on 3-number problems only and (almost) never writes a 4-number expression, so this scale "
+             "cannot test the paper's transfer claim. The GPU configuration (`--scale gpu`) can.",
+             f"- **Scale.** Each run is {scale.steps} steps of a 1 M-parameter model on {scale.max_new_tokens}-token "
+             "answers. Effects that need long reasoning (length growth, reward hacking through long outputs) have no "
+             "room to appear here.",
+             f"- **Noise.** With {seeds} seeds a clear difference must be large (about 3-5 "
+             "accuracy points here); *inconclusive* means no difference that large, not that the paper is wrong.",
+             "- **Runs that stopped early** (dynamic sampling exhausted or a diverged loss) are results, evaluated "
+             f"where they stopped: {', '.join(failed) if failed else 'none'}."]
+    return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Recorded sweeps for the exercises and the lessons' panels.
 
-    python -m minirl.sweeps lr --out minirl/assets/sweeps/lr_sweep.json       # exercise 7
-    python -m minirl.sweeps lessons --study benchmarks/study                   # lessons 05-07 (from the study)
+    python -m minirl.course.sweeps lr --out minirl/assets/sweeps/lr_sweep.json     # exercise 7
+    python -m minirl.course.sweeps lessons --study benchmarks/study                 # lessons 05-07 (from the study)
 
 The learning-rate sweep trains every algorithm's preset from the shipped policy at each learning rate
 (seed 0, one run at a time, in this process) and writes one small JSON file. Per run it stores the config,
@@ -24,11 +24,10 @@ from pathlib import Path
 
 import torch
 
-from .config import RLConfig
-from .runs import Run, code_version
+from ..config import PAPER_ALGOS, RLConfig
+from ..runs import Run, code_version
 
 LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
-ALGOS = ("ppo", "grpo", "dapo")
 METRICS = ("reward_mean", "entropy", "completion_len_mean", "frac_reward_zero_std",
            "eval/accuracy_sampled", "eval/accuracy_greedy", "samples", "kl_ref", "clip_frac_low", "clip_frac_high")
 
@@ -49,9 +48,9 @@ def columns(history: list[dict]) -> dict:
 
 def run_point(algo: str, lr: float, steps: int, eval_every: int, eval_n: int, seed: int = 0) -> dict:
     """Train one (algo, lr) point from the shipped policy; return its record, whether it finished or not."""
-    from . import load_policy
-    from .tasks import Countdown
-    from .trainer import DynamicSamplingExhausted, TrainingDiverged, train
+    from .. import load_policy
+    from ..tasks import Countdown
+    from ..trainer import DynamicSamplingExhausted, TrainingDiverged, train
 
     config = RLConfig.preset(algo, lr=lr, steps=steps, eval_every=eval_every, eval_n=eval_n, seed=seed)
     status, error, t0 = "finished", None, time.perf_counter()
@@ -68,13 +67,13 @@ def run_point(algo: str, lr: float, steps: int, eval_every: int, eval_n: int, se
     }
 
 
-def lr_sweep(out: Path, lrs=LRS, algos=ALGOS, steps: int = 150, eval_every: int = 25, eval_n: int = 200,
+def lr_sweep(out: Path, lrs=LRS, algos=PAPER_ALGOS, steps: int = 150, eval_every: int = 25, eval_n: int = 200,
              threads: int = 2) -> dict:
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     record = {
         "what": "learning-rate sweep of the presets from the shipped policy on Countdown, seed 0",
-        "command": "python -m minirl.sweeps " + " ".join(sys.argv[1:]) if sys.argv[1:] else "lr_sweep()",
+        "command": "python -m minirl.course.sweeps " + " ".join(sys.argv[1:]) if sys.argv[1:] else "lr_sweep()",
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "code_version": code_version(), "torch": torch.__version__, "threads": threads,
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
@@ -95,7 +94,8 @@ def lr_sweep(out: Path, lrs=LRS, algos=ALGOS, steps: int = 150, eval_every: int 
     return record
 
 
-RECORDED_LR_SWEEP = Path(__file__).parent / "assets" / "sweeps" / "lr_sweep.json"  # shipped with the package
+LESSON_DIR = Path(__file__).parent.parent / "assets" / "sweeps"  # shipped with the package
+RECORDED_LR_SWEEP = LESSON_DIR / "lr_sweep.json"
 
 
 def load_sweep(path: str | Path = RECORDED_LR_SWEEP) -> list[Run]:
@@ -116,28 +116,27 @@ def load_sweep(path: str | Path = RECORDED_LR_SWEEP) -> list[Run]:
     return runs
 
 
-# Lessons 05-07: which study points each panel shows from the start (seed 0). Every one is a configuration
-# the panel can reproduce with its sliders (study base config + slider values), so a click on it is answered
-# from this file at once.
+# Lessons 05-07: which study points each panel shows from the start (seed 0): a study claim's points plus a
+# few of the lesson's own, as (preset, RLConfig overrides, label). Every one is a configuration the panel can
+# reproduce with its sliders (study base config + slider values), so a click on it is answered from the file.
 LESSON_SWEEPS = {
-    "lr": ("lesson05_lr.json", "learning rate: ppo, grpo, dapo at 3.2e-5 .. 1e-3 (study claim H7)", ("H7",), ()),
+    "lr": ("lesson05_lr.json", "learning rate: ppo, grpo, dapo at 3.2e-5 .. 1e-3 (study claim H7)", "H7", ()),
     "group": ("lesson06_batch_group.json", "group size G 2..16 (grpo, dapo; study claim H1) and batch size B "
-              "2..16 (grpo, G 8)", ("H1",), ("batch",)),
+              "2..16 (grpo, G 8)", "H1", tuple(("grpo", {"batch_size": b}, f"grpo B={b}") for b in (2, 4, 16))),
     "clip": ("lesson07_clip.json", "dapo clipping: symmetric 0.1/0.2/0.3 and clip-higher 0.2/0.28 (study claim H8)",
-             ("H8",), ("clip",)),
+             "H8", tuple(("dapo", {"clip_low": c, "clip_high": c}, f"dapo clip={c:g}/{c:g}") for c in (0.1, 0.3))),
 }
-LESSON_DIR = Path(__file__).parent / "assets" / "sweeps"
 
 
 def lesson_sweep(name: str, study_dir: Path, out_dir: Path = LESSON_DIR, seed: int = 0, threads: int | None = None) -> dict:
     """Write the lesson sweep `name` from the study's run folders, training (seed 0) any point not there yet."""
-    from .study import CLAIMS, LESSON_POINTS, SCALES, run_point
+    from ..study import CLAIMS, SCALES, Point, run_point
 
     if threads:
         torch.set_num_threads(threads)
-    file, what, claims, extras = LESSON_SWEEPS[name]
-    points = [p for c in claims for p in CLAIMS[c].points] + [p for e in extras for p in LESSON_POINTS[e]]
-    record = {"what": what, "command": f"python -m minirl.sweeps lessons --only {name} --study {study_dir}",
+    file, what, claim, extras = LESSON_SWEEPS[name]
+    points = list(CLAIMS[claim].points) + [Point(label, preset, over) for preset, over, label in extras]
+    record = {"what": what, "command": f"python -m minirl.course.sweeps lessons --only {name} --study {study_dir}",
               "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
               "code_version": code_version(), "torch": torch.__version__, "runs": []}
     for point in points:
@@ -164,12 +163,12 @@ def load_lesson_sweep(name: str) -> list[Run]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minirl.sweeps", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m minirl.course.sweeps", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="sweep", required=True)
     p = sub.add_parser("lr", help="learning-rate sweep of ppo, grpo and dapo")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     p.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS), help="comma-separated learning rates")
-    p.add_argument("--algos", default=",".join(ALGOS), help="comma-separated presets")
+    p.add_argument("--algos", default=",".join(PAPER_ALGOS), help="comma-separated presets")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--eval-n", type=int, default=200)

@@ -1,6 +1,6 @@
 """The experiment panel: sliders for the knobs of one algorithm, a Run and a Stop button, a live plot and a table.
 
-    from minirl.widgets import experiment_panel
+    from minirl.course.widgets import experiment_panel
     panel = experiment_panel("grpo", base_config=dict(eval_n=50), cache=RunCache())
     panel            # last expression of a cell: shows the panel
 
@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterable, Sequence
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from .config import PRESETS, ConfigError, RLConfig
-from .plots import LIVE_METRICS, plot_runs, runs_table
-from .runs import Run, RunCache, run_key
-from .trainer import describe_task, train
-
-ALGOS = ("ppo", "grpo", "dapo", "dr_grpo", "rloo")
+from ..config import PRESETS, ConfigError, RLConfig
+from ..plots import LIVE_METRICS, plot_runs, runs_table
+from ..runs import Run, RunCache, run_key
+from ..tasks import task_identity
+from ..trainer import train
 REDRAW_SECONDS = 0.5  # at most ~2 redraws per second while a run trains
 
 
@@ -39,7 +38,7 @@ def same_config(a: RLConfig, b: RLConfig) -> bool:
 
 
 def _default_policy():
-    from .policy import load_policy
+    from ..policy import load_policy
 
     return load_policy(device="cpu")
 
@@ -51,10 +50,10 @@ class ExperimentPanel:
     def __init__(self, algo: str = "grpo", *, task=None, policy_factory: Callable | None = None,
                  base_config: dict | None = None, cache: RunCache | None = None,
                  metrics: Sequence[str] = LIVE_METRICS, precomputed: Iterable[Run] = (), background: bool = True):
-        if algo not in ALGOS:
-            raise ValueError(f"algo={algo!r} is not allowed: choose one of {list(ALGOS)}")
+        if algo not in PRESETS:
+            raise ValueError(f"algo={algo!r} is not allowed: choose one of {list(PRESETS)}")
         if task is None:
-            from .tasks import Countdown
+            from ..tasks import Countdown
 
             task = Countdown()
         self.task, self.cache, self.background = task, cache, background
@@ -75,7 +74,7 @@ class ExperimentPanel:
         style = {"description_width": "90px"}
         layout = W.Layout(width="340px")
         kw = dict(style=style, layout=layout, continuous_update=False)
-        self.algo = W.Dropdown(options=list(ALGOS), value=algo, description="algorithm", style=style, layout=layout)
+        self.algo = W.Dropdown(options=list(PRESETS), value=algo, description="algorithm", style=style, layout=layout)
         self.lr = W.FloatLogSlider(value=3e-5, base=10, min=-6, max=-2, step=0.1, description="lr",
                                    readout_format=".1e", **kw)
         self.batch_size = W.IntSlider(value=8, min=1, max=64, description="batch (B)", **kw)
@@ -184,7 +183,7 @@ class ExperimentPanel:
         try:
             policy = self.policy_factory()
             if self.cache is not None:
-                hit = self.cache.get(run_key(policy.name, describe_task(self.task), config))
+                hit = self.cache.get(run_key(policy.name, task_identity(self.task), config))
                 if hit is not None:
                     if not any(r.path is not None and r.path == hit.path for r in self.runs):
                         self.runs.append(hit)
@@ -224,7 +223,8 @@ class ExperimentPanel:
         # redraw at most every REDRAW_SECONDS, and never spend more than a third of the time drawing
         # (one redraw of 6 panels takes ~0.3 s on a slow CPU, longer than a training step of the tiny model)
         if now - self._last_draw >= max(REDRAW_SECONDS, 2 * self._draw_cost):
-            self._say(f"step {row.get('step')} / {run.config.steps}: reward {row.get('reward_mean', float('nan')):.3f}")
+            self._say(f"step {row.get('step')} / {run.config.steps} · {row.get('wall_time', 0.0):.0f} s · "
+                      f"reward {row.get('reward_mean', float('nan')):.3f}")
             self.redraw()
         return not self._stop.is_set()
 
@@ -237,7 +237,7 @@ class ExperimentPanel:
             run = self.current
             if run is None and self.cache is not None:
                 try:
-                    run = Run.load(self.cache.path_for(run_key(policy.name, describe_task(self.task), config)))
+                    run = Run.load(self.cache.path_for(run_key(policy.name, task_identity(self.task), config)))
                 except Exception:
                     run = None
             if run is None:
@@ -252,7 +252,7 @@ class ExperimentPanel:
                 self._say(f"run failed ({len(run.history)} rows kept): {error}", error=True)
             elif run is not None:
                 steps = run.history[-1].get("step", 0) if run.history else 0
-                self._say(f"{run.status} after {steps} steps: {run.label}")
+                self._say(f"{run.status} after {steps} steps in {run.meta.get('seconds', 0.0):.0f} s: {run.label}")
             self.redraw()
             self.run_button.disabled, self.stop_button.disabled = False, True
             self._running = False

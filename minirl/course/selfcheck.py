@@ -1,6 +1,6 @@
 """Self-checks for the exercise notebooks: call the learner's function, say in plain words what is wrong.
 
-    from minirl.selfcheck import Case, check
+    from minirl.course.selfcheck import Case, check
     check("clipped_surrogate", my_fn, [
         Case("A=+1, r=1.5: clipped at 1.28", args=(lp, old, adv), expected=torch.tensor([[-1.28]])),
         lambda fn: ...,          # a callable case: raise AssertionError("what went wrong") to fail

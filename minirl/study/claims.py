@@ -1,10 +1,10 @@
-"""The verdict rules of `minirl study`, one function per claim: (verdict, what we measured, the rule).
+"""The paper's claims, each with the points that test it, its verdict rule and its figure: one block per claim.
 
-A verdict compares means over seeds with their standard errors (se = std / sqrt(n)). A difference counts as
-clear when it exceeds twice the combined standard error, sqrt(se_a² + se_b²) — about a 95 % interval for
-normal noise, and a rough one with n = 3. Each function returns its rule in words next to its verdict:
-supported (a clear difference in the expected direction), not supported (a clear one against it) or
-inconclusive (no clear difference at this scale).
+Lian 2025 (arXiv 2512.07611) trained Qwen2.5-1.5B-Instruct on Countdown with PPO, GRPO and DAPO. Each finding
+is a `@claim(...)` here: its sweep of `Point`s, the two metrics its figure shows, and the decorated function,
+which turns the finished runs into (verdict, what we measured, the rule in words). Adding a claim is adding
+one block. `points` passed to a rule: {label: {"series", "x", "runs", "numbers" (metric -> per-seed values),
+"stats" (metric -> stats.stats)}}; `base`: the base policy's final evaluation (report.base_numbers).
 """
 
 from __future__ import annotations
@@ -12,43 +12,34 @@ from __future__ import annotations
 import math
 import statistics
 
-from .study import CLAIMS
+from .points import Claim, Point
+from .stats import clear, combine, diff, num, pct, stats, verdict
+
+CLAIMS: dict[str, Claim] = {}
 
 
-def stats(values: list[float]) -> dict:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    n = len(vals)
-    mean = statistics.fmean(vals) if vals else math.nan
-    std = statistics.stdev(vals) if n > 1 else math.nan
-    return {"mean": mean, "std": std, "n": n, "se": std / math.sqrt(n) if n > 1 else math.nan}
+def claim(name: str, title: str, expectation: str, points, figure: tuple[str, str], x: str = "step"):
+    """Register the decorated verdict rule as claim `name`, with its points and figure metrics."""
+    def register(rule):
+        CLAIMS[name] = Claim(name, title, expectation, tuple(points), rule, figure, x)
+        return rule
+    return register
 
-
-def diff(a: dict, b: dict) -> tuple[float, float]:
-    """(mean a - mean b, 2 x combined standard error)."""
-    return a["mean"] - b["mean"], 2 * math.hypot(a["se"], b["se"])
-
-
-def clear(d: float, bar: float) -> int:
-    """+1 / -1 if the difference is clearly positive / negative, 0 if it is within noise (or unknown)."""
-    if not (math.isfinite(d) and math.isfinite(bar)):
-        return 0
-    return 1 if d > bar else -1 if d < -bar else 0
-
-
-def pct(s: dict) -> str:
-    return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f} %" if s["n"] > 1 else f"{100 * s['mean']:.1f} %"
-
-
-def num(s: dict, digits: int = 3) -> str:
-    return f"{s['mean']:.{digits}g} ± {s['std']:.2g}" if s["n"] > 1 else f"{s['mean']:.{digits}g}"
-
-
-# ----------------------------------------------------------------------------- the verdicts, one per claim
 
 def _by(points: dict, series: str | None = None) -> list[dict]:
     return [p for p in points.values() if series is None or p["series"] == series]
 
 
+# 1.5 decades around the base lr in half-decade steps (3.2e-5 .. 1e-3 at the cpu scale): the points of the
+# lessons' log-scale lr slider (10^(k/10)), so the panel can answer them from the recorded runs.
+LR_MULTIPLIERS = (10 ** -0.5, 1.0, 10 ** 0.5, 10.0)
+KL_VALUES = (0.0, 1e-3, 1e-2, 1e-1)
+
+
+@claim("H1", "Group size", "larger G (at a fixed number of prompts per step) gives a smoother reward curve "
+       "and higher final accuracy, for GRPO and DAPO; it also costs more compute per step",
+       [Point(f"{a} G={g}", a, {"group_size": g}, a, g) for a in ("grpo", "dapo") for g in (2, 4, 8, 16)],
+       figure=("eval/accuracy_sampled", "reward_mean"))
 def verdict_H1(P, base):
     parts, verdicts = [], []
     for algo in ("grpo", "dapo"):
@@ -58,7 +49,7 @@ def verdict_H1(P, base):
         r, rbar = diff(small["stats"]["reward_roughness"], large["stats"]["reward_roughness"])
         acc, smooth = clear(d, bar), clear(r, rbar)
         sign = -1 if min(acc, smooth) < 0 else 1 if acc > 0 and smooth > 0 else 0
-        verdicts.append(f"{algo.upper()}: {_verdict(sign)}")
+        verdicts.append(f"{algo.upper()}: {verdict(sign)}")
         best = max(pts, key=lambda p: p["stats"]["gain_per_minute"]["mean"])
         parts.append(f"{algo.upper()}: G {small['x']} → {large['x']}: sampled accuracy "
                      f"{pct(small['stats']['sampled'])} → {pct(large['stats']['sampled'])} (Δ {100 * d:+.1f} ± "
@@ -69,6 +60,10 @@ def verdict_H1(P, base):
         "per algorithm: G 16 vs G 2 clearly higher accuracy and clearly less jitter (not supported: either clearly worse)"
 
 
+@claim("H2", "KL coefficient", "the effect of beta is non-monotonic: some beta > 0 beats both no KL and a large "
+       "KL (PPO: per-token KL in the reward; GRPO: k3 KL in the loss)",
+       [Point(f"{a} kl={k:g}", a, {"kl_coef": k}, a, k) for a in ("ppo", "grpo") for k in KL_VALUES],
+       figure=("eval/accuracy_sampled", "kl_ref"))
 def verdict_H2(P, base):
     parts, signs = [], []
     for algo in ("ppo", "grpo"):
@@ -79,7 +74,7 @@ def verdict_H2(P, base):
         d, bar = diff(inner, ends)
         signs.append(clear(d, bar))
         parts.append(f"{algo.upper()}: " + ", ".join(f"β {p['x']:g}: {pct(p['stats']['sampled'])}" for p in pts))
-    return _combine(signs, any_supports=True), "; ".join(parts), \
+    return combine(signs, any_supports=True), "; ".join(parts), \
         "the best interior β beats the better end (β 0 or 0.1) clearly"
 
 
@@ -90,6 +85,13 @@ def _at_samples(run_rows: list[dict], samples: float) -> float:
         if s0 <= samples <= s1:
             return a0 + (a1 - a0) * (samples - s0) / max(1e-9, s1 - s0)
     return pts[-1][1] if pts else math.nan
+
+
+@claim("H3", "Dynamic sampling", "DAPO's dynamic sampling does not help: DAPO without it is as good or better, "
+       "compared at equal steps and at equal numbers of generated completions",
+       [Point("dapo", "dapo", {}, "dapo", "with DS"),
+        Point("dapo-noDS 2x steps", "dapo-noDS", {"steps_x": 2}, "dapo-noDS", "without DS")],
+       figure=("eval/accuracy_sampled", "kept_group_frac"), x="samples")
 
 
 def verdict_H3(P, base):
@@ -111,9 +113,13 @@ def verdict_H3(P, base):
             + ("the run without DS (twice the steps) ended before that many, so it is compared at its end, "
                f"after {nods_max:.0f} completions: " if short else "at equal completions: ")
             + f"without DS {pct(at_samples)} (Δ {100 * d_samp:+.1f} ± {100 * bar_samp:.1f})")
-    return _verdict(sign), text, "without DS at least as good at equal completions; not supported if DS is clearly better"
+    return verdict(sign), text, "without DS at least as good at equal completions; not supported if DS is clearly better"
 
 
+@claim("H4", "Algorithm ranking", "after tuning, DAPO without dynamic sampling is best overall, and every "
+       "algorithm beats the base policy",
+       [Point(a, a, {}, "algorithm", a) for a in ("ppo", "grpo", "dapo", "dapo-noDS")],
+       figure=("eval/accuracy_sampled", "reward_mean"))
 def verdict_H4(P, base):
     pts = sorted(_by(P), key=lambda p: -p["stats"]["sampled"]["mean"])
     ranking = " > ".join(f"{p['label']} {pct(p['stats']['sampled'])}" for p in pts)
@@ -126,9 +132,15 @@ def verdict_H4(P, base):
             f"{', '.join(beat) or 'none'}; 4-number transfer (sampled): "
             + ", ".join(f"{p['label']} {pct(p['stats']['transfer_sampled'])}" for p in pts)
             + f" (base {100 * base['transfer4/sampled']:.1f} %)")
-    return _verdict(sign), text, "DAPO-noDS clearly above each of the others"
+    return verdict(sign), text, "DAPO-noDS clearly above each of the others"
 
 
+@claim("H5", "Token-level loss and reward hacking", "under the 0 / 0.1 / 1 reward (0.1 for a well-formed "
+       "wrong answer), a token-level loss curbs reward hacking (fewer well-formed-but-wrong answers) and allows "
+       "longer completions than the per-sequence mean (GRPO)",
+       [Point(f"grpo {agg}", "grpo", {"loss_agg": agg}, "grpo", agg, "tinyzero")
+        for agg in ("seq-mean-token-mean", "token-mean")],
+       figure=("reward/format_ok", "completion_len_mean"))
 def verdict_H5(P, base):
     seq, tok = P["grpo seq-mean-token-mean"], P["grpo token-mean"]
     d_fmt, bar_fmt = diff(seq["stats"]["format_only_end"], tok["stats"]["format_only_end"])
@@ -138,9 +150,12 @@ def verdict_H5(P, base):
     text = (f"well-formed but wrong answers at the end of training: per-sequence {pct(seq['stats']['format_only_end'])}, "
             f"token-level {pct(tok['stats']['format_only_end'])}; completion length {num(seq['stats']['length_end'])} vs "
             f"{num(tok['stats']['length_end'])} tokens; accuracy {pct(seq['stats']['sampled'])} vs {pct(tok['stats']['sampled'])}")
-    return _verdict(sign), text, "token-level clearly fewer well-formed-wrong answers, and not shorter"
+    return verdict(sign), text, "token-level clearly fewer well-formed-wrong answers, and not shorter"
 
 
+@claim("H6", "Entropy bonus", "an entropy bonus can lower accuracy (GRPO)",
+       [Point(f"grpo ent={e:g}", "grpo", {"entropy_coef": e}, "grpo", e) for e in (0.0, 1e-3, 1e-2)],
+       figure=("eval/accuracy_sampled", "entropy"))
 def verdict_H6(P, base):
     pts = sorted(_by(P), key=lambda p: p["x"])
     off = pts[0]
@@ -148,9 +163,13 @@ def verdict_H6(P, base):
     sign = 1 if any(s > 0 for s in signs) else -1 if any(s < 0 for s in signs) else 0
     text = ", ".join(f"entropy coef {p['x']:g}: accuracy {pct(p['stats']['sampled'])}, entropy "
                      f"{num(p['stats']['entropy_end'])}" for p in pts)
-    return _verdict(sign), text, "some bonus clearly lowers accuracy (not supported: one clearly raises it)"
+    return verdict(sign), text, "some bonus clearly lowers accuracy (not supported: one clearly raises it)"
 
 
+@claim("H7", "Learning rate", "sensitivity to the learning rate differs between algorithms: each has its "
+       "own best value and its own point of collapse",
+       [Point(f"{a} lr x{m:.3g}", a, {"lr_x": m}, a, m) for a in ("ppo", "grpo", "dapo") for m in LR_MULTIPLIERS],
+       figure=("eval/accuracy_sampled", "reward_mean"))
 def verdict_H7(P, base):
     parts, collapsed, by_algo = [], {}, {}
     for algo in ("ppo", "grpo", "dapo"):
@@ -179,6 +198,10 @@ def verdict_H7(P, base):
         "at some lr one algorithm has collapsed (mean > 5 points below the base) while another is clearly above it"
 
 
+@claim("H8", "Clip-higher", "DAPO's clip-higher (eps_high 0.28 instead of 0.2) slows the decline of the "
+       "policy's entropy",
+       [Point(f"dapo clip_high={h:g}", "dapo", {"clip_high": h}, "dapo", h) for h in (0.2, 0.28)],
+       figure=("entropy", "clip_frac_high"))
 def verdict_H8(P, base):
     sym, high = P["dapo clip_high=0.2"], P["dapo clip_high=0.28"]
     d, bar = diff(high["stats"]["entropy_end"], sym["stats"]["entropy_end"])
@@ -186,9 +209,13 @@ def verdict_H8(P, base):
             f"0.28: {num(high['stats']['entropy_start'])} → {num(high['stats']['entropy_end'])} nats/token "
             f"(Δ end {d:+.3f} ± {bar:.3f}); clipped tokens at the end {pct(sym['stats']['clip_frac_end'])} vs "
             f"{pct(high['stats']['clip_frac_end'])}; accuracy {pct(sym['stats']['sampled'])} vs {pct(high['stats']['sampled'])}")
-    return _verdict(clear(d, bar)), text, "clearly higher final entropy with ε_high 0.28"
+    return verdict(clear(d, bar)), text, "clearly higher final entropy with ε_high 0.28"
 
 
+@claim("H9", "Completion length", "GRPO's completions grow longer over training than PPO's (per-sequence "
+       "normalisation favours long wrong answers)",
+       [Point(a, a, {}, "algorithm", a) for a in ("ppo", "grpo")],
+       figure=("completion_len_mean", "eval/accuracy_sampled"))
 def verdict_H9(P, base):
     ppo, grpo = P["ppo"], P["grpo"]
     growth = {k: stats([e - s for s, e in zip(p["numbers"]["length_start"], p["numbers"]["length_end"])])
@@ -197,26 +224,4 @@ def verdict_H9(P, base):
     text = (f"completion length first → last 10 % of steps: PPO {num(ppo['stats']['length_start'])} → "
             f"{num(ppo['stats']['length_end'])}, GRPO {num(grpo['stats']['length_start'])} → "
             f"{num(grpo['stats']['length_end'])} tokens (growth difference {d:+.2f} ± {bar:.2f})")
-    return _verdict(clear(d, bar)), text, "GRPO's length grows clearly more than PPO's"
-
-
-def _verdict(sign: int) -> str:
-    return {1: "supported", -1: "not supported", 0: "inconclusive"}[sign]
-
-
-def _combine(signs: list[int], any_supports: bool = False) -> str:
-    if any(s < 0 for s in signs):
-        return "not supported"
-    if all(s > 0 for s in signs) or (any_supports and any(s > 0 for s in signs)):
-        return "supported"
-    return "inconclusive"
-
-
-VERDICTS = {name: globals()[f"verdict_{name}"] for name in CLAIMS}
-FIGURE_METRICS = {"H1": ("eval/accuracy_sampled", "reward_mean"), "H2": ("eval/accuracy_sampled", "kl_ref"),
-                  "H3": ("eval/accuracy_sampled", "kept_group_frac"), "H4": ("eval/accuracy_sampled", "reward_mean"),
-                  "H5": ("reward/format_ok", "completion_len_mean"), "H6": ("eval/accuracy_sampled", "entropy"),
-                  "H7": ("eval/accuracy_sampled", "reward_mean"), "H8": ("entropy", "clip_frac_high"),
-                  "H9": ("completion_len_mean", "eval/accuracy_sampled")}
-
-
+    return verdict(clear(d, bar)), text, "GRPO's length grows clearly more than PPO's"

@@ -1,0 +1,294 @@
+"""One RL step of PPO, GRPO and DAPO: sample -> reward -> (filter/refill) -> advantages -> updates -> metrics.
+
+    row = rl_step(policy, task, config, learner, step)      # the whole algorithm, read it top to bottom
+
+The three algorithms are switches of this one function (config.py has the table). All the math lives in pure
+tensor functions (advantages.py, losses.py, dapo.py); this file wires them together and keeps the books:
+which rows belong to which prompt, which tokens get a loss, and what the normalisers are. `trainer.train()`
+calls `rl_step` once per step and manages everything around it (resume, cache, checkpoints, evaluation).
+Shapes: N completions per step (batch_size x group_size), padded to T completion tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, fields
+
+import torch
+from accelerate import Accelerator
+
+from . import advantages as adv
+from . import dapo
+from . import losses as L
+from .config import RLConfig
+from .rollout import Rollout, completion_logprobs, sample
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient or reward became NaN/inf. The run keeps its last good checkpoint and metrics."""
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """DAPO's dynamic sampling found too few groups with mixed rewards within max_gen_batches rounds."""
+
+
+def step_seed(config: RLConfig, step: int, round_: int = 0, rank: int = 0) -> int:
+    """Every random choice of a step is seeded from (seed, step): resuming needs no generator state."""
+    return (config.seed * 1_000_003 + step * 1009 + round_ * 17 + rank) % (2**63)
+
+
+@dataclass
+class Learner:
+    """What the updates change, made once per run by `trainer.make_learner`."""
+
+    accelerator: Accelerator  # device placement, mixed precision, DDP over processes
+    model: torch.nn.Module  # ActorCritic: the policy (+ PPO's critic), as prepared by accelerate
+    optimizer: torch.optim.Optimizer  # AdamW over the policy (and critic) parameters
+    scheduler: torch.optim.lr_scheduler.LRScheduler  # linear warm-up, then constant
+    reference: torch.nn.Module | None  # frozen copy of the starting policy, only when kl_coef > 0
+
+
+@dataclass
+class Batch:
+    """What `learn` learns from: one rollout and, per token, its advantage and the fixed terms of the loss."""
+
+    rollout: Rollout  # N prompts + completions
+    advantages: torch.Tensor  # (N, T) A_t (GRPO/DAPO: one value per completion, copied to its tokens)
+    loss_mask: torch.Tensor  # (N, T) 1 on tokens that get a loss (DAPO's overlong filter drops truncated rows)
+    old_logprobs: torch.Tensor | None  # (N, T) log pi_old; None: one on-policy update, the ratio is exactly 1
+    ref_logprobs: torch.Tensor | None  # (N, T) log pi_ref for the KL term; None: no KL
+    old_values: torch.Tensor | None  # (N, T) V_old, PPO's critic before the update (value clipping)
+    returns: torch.Tensor | None  # (N, T) PPO's value targets
+
+    def __len__(self) -> int:
+        return len(self.rollout)
+
+    def rows(self, index: torch.Tensor) -> "Batch":
+        """The rows in `index` (a micro-batch), every field sliced the same way."""
+        return Batch(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index])
+                        for f in fields(self) if f.name != "rollout"}, rollout=self.rollout.select(index))
+
+
+# ----------------------------------------------------------------------------- 1. sample and score
+def generate(policy, task, config: RLConfig, step: int, round_: int, rank: int, world: int):
+    """One generation round: this process's share of `batch_size` prompts, G completions each."""
+    problems = task.problems("train", config.batch_size, seed=step_seed(config, step, round_))[rank::world]
+    prompts = [p.prompt for p in problems for _ in range(config.group_size)]
+    ids, mask = policy.encode_prompts(prompts)
+    gen = torch.Generator(device=policy.device).manual_seed(step_seed(config, step, round_, rank))
+    roll = sample(policy, ids, mask, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                  top_p=config.top_p, generator=gen)
+    scores = [task.score(problems[i // config.group_size], text) for i, text in enumerate(roll.texts)]
+    rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (N,)
+    names = sorted({k for s in scores for k in s.components})
+    parts = torch.tensor([[s.components.get(k, float("nan")) for k in names] for s in scores], dtype=torch.float32)
+    group_ids = torch.arange(len(problems)).repeat_interleave(config.group_size) + round_ * config.batch_size
+    return roll, rewards, group_ids, names, parts
+
+
+def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
+    """Sample a training batch. With dynamic sampling (DAPO eq. 11) keep only groups whose rewards differ,
+    and sample again until `batch_size` groups are kept or `max_gen_batches` rounds are used up."""
+    want = config.batch_size // world  # groups this process needs
+    kept, all_rewards, all_parts, all_lengths, all_trunc, first_ids = [], [], [], [], [], None
+    for round_ in range(config.max_gen_batches if config.dynamic_sampling else 1):
+        roll, rewards, group_ids, names, parts = generate(policy, task, config, step, round_, rank, world)
+        first_ids = group_ids if first_ids is None else first_ids
+        all_rewards.append(rewards), all_parts.append(parts)
+        all_lengths.append(roll.lengths.cpu()), all_trunc.append(roll.truncated.cpu())
+        keep = dapo.dynamic_sampling_keep(rewards, group_ids) if config.dynamic_sampling else torch.ones_like(rewards, dtype=torch.bool)
+        kept.append((roll.select(keep.to(roll.completion_ids.device)), rewards[keep], group_ids[keep]))
+        if sum(len(r) for _, r, _ in kept) >= want * config.group_size:
+            break
+    else:
+        if config.dynamic_sampling:
+            got = sum(len(r) for _, r, _ in kept) // config.group_size
+            raise DynamicSamplingExhausted(
+                f"dynamic sampling kept {got} of {want} groups after max_gen_batches={config.max_gen_batches} "
+                "rounds: almost every group has all-equal rewards (the policy is always right or always wrong). "
+                "Raise max_gen_batches, lower the learning rate, or use dynamic_sampling=False.")
+    n = want * config.group_size  # groups are contiguous, so the first n rows are whole groups
+    roll = Rollout.cat([r for r, _, _ in kept], policy.tokenizer.pad_token_id).select(list(range(n)))
+    rewards, group_ids = torch.cat([r for _, r, _ in kept])[:n], torch.cat([g for _, _, g in kept])[:n]
+    every = torch.cat(all_rewards)
+    stats = {"reward_mean": every.mean().item(), "reward_std": every.std().item() if len(every) > 1 else 0.0,
+             "frac_reward_zero_std": dapo.frac_reward_zero_std(all_rewards[0], first_ids),
+             "kept_group_frac": (n // config.group_size) / (len(every) // config.group_size),
+             "gen_batches": len(all_rewards), "generated": len(every),
+             "completion_len_mean": torch.cat(all_lengths).float().mean().item(),
+             "completion_len_max": torch.cat(all_lengths).max().item(),
+             "truncation_rate": torch.cat(all_trunc).float().mean().item(),
+             "generated_tokens": torch.cat(all_lengths).sum().item()}
+    for j, name in enumerate(names):
+        stats[f"reward/{name}"] = torch.cat(all_parts)[:, j].nanmean().item()
+    stats["accuracy"] = stats.get("reward/correct", float("nan"))
+    return roll, rewards, group_ids, stats
+
+
+# ----------------------------------------------------------------------------- 2. the fixed terms and advantages
+@torch.no_grad()
+def forward_in_chunks(fn, roll: Rollout, rows: int, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Run `fn` (a model forward) over the rollout in chunks of `rows`, without gradients."""
+    outs = {k: [] for k in keys}
+    for start in range(0, len(roll), rows):
+        out = fn(*roll.select(list(range(start, min(start + rows, len(roll))))).inputs())
+        for k in keys:
+            outs[k].append(out[k].float())
+    return {k: torch.cat(v) for k, v in outs.items()}
+
+
+def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logprobs, old_values, advantage_fn=None):
+    """Sequence rewards -> per-token advantages (B, T) and, for PPO, returns (B, T)."""
+    if config.advantage == "gae":  # PPO: reward on the last token, KL penalty on every token, then GAE
+        token_rewards = torch.zeros_like(mask, dtype=torch.float32)
+        last = (mask.sum(-1).long() - 1).clamp(min=0)  # index of each sequence's final (EOS) token
+        token_rewards[torch.arange(len(rewards)), last] = rewards.to(mask.device)
+        if config.kl_coef > 0 and config.kl_placement == "reward":
+            token_rewards -= config.kl_coef * L.kl_penalty(old_logprobs, ref_logprobs, config.kl_estimator) * mask
+        advantages, returns = adv.gae(token_rewards, old_values, mask, config.gamma, config.lam)
+    else:
+        if advantage_fn is not None:  # a learner's own estimator (the exercises plug theirs in here)
+            seq = torch.as_tensor(advantage_fn(rewards.clone(), group_ids.clone()), dtype=torch.float32)
+            if seq.shape != rewards.shape or not torch.isfinite(seq).all():
+                raise ValueError(f"advantage_fn returned shape {tuple(seq.shape)} (finite: {bool(torch.isfinite(seq).all())}); "
+                                 f"it must return finite advantages of shape {tuple(rewards.shape)}, one per completion")
+        elif config.advantage == "group":
+            seq = adv.group_advantages(rewards, group_ids, scale=config.adv_scale, eps=config.adv_eps)
+        else:
+            seq = adv.rloo_advantages(rewards, group_ids)
+        advantages, returns = adv.broadcast_to_tokens(seq.to(mask.device), mask), None
+    if config.whiten_advantages:
+        advantages = adv.whiten(advantages, mask)
+    return advantages, returns
+
+
+# ----------------------------------------------------------------------------- 3. the updates
+def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[str, float]:
+    """mu epochs x minibatches of clipped-surrogate updates. Normalisers are totals over the whole optimiser
+    step (and over processes), so micro-batching and data parallelism do not change the gradient."""
+    acc, model, optimizer = learner.accelerator, learner.model, learner.optimizer
+    world, N = acc.num_processes, len(batch)
+    rows_mb = N // config.minibatches
+    rows_micro = config.micro_batch_size or rows_mb
+    gen = torch.Generator().manual_seed(step_seed(config, step, 99))
+    # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
+    sums = {k: torch.zeros((), device=batch.loss_mask.device) for k in (
+        "policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")}
+    grad_norms = []
+    for _ in range(config.epochs):
+        order = torch.randperm(N, generator=gen) if config.minibatches > 1 else torch.arange(N)
+        for mb in order.split(rows_mb):
+            num_tokens = batch.loss_mask[mb].sum()
+            num_tokens = acc.reduce(num_tokens.float(), "sum") if world > 1 else num_tokens
+            totals = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world, max_len=config.max_new_tokens)
+            micros = mb.split(rows_micro)
+            for i, idx in enumerate(micros):
+                part = batch.rows(idx)
+                m = part.loss_mask
+                sync = nullcontext() if i == len(micros) - 1 or world == 1 else acc.no_sync(model)
+                with sync, acc.autocast():
+                    out = model(*part.rollout.inputs(), config.temperature, entropy_grad=config.entropy_coef > 0)
+                    logp = out["logprobs"].float()
+                    old = part.old_logprobs if part.old_logprobs is not None else logp.detach()
+                    pg, clip = L.clipped_surrogate(logp, old, part.advantages, config.clip_low, config.clip_high,
+                                                   config.dual_clip or None)
+                    loss_tokens = pg
+                    if part.ref_logprobs is not None:
+                        kl = L.kl_penalty(logp, part.ref_logprobs, config.kl_estimator)
+                        sums["kl_ref"] += L.masked_sum(kl.detach(), m)
+                        if config.kl_placement == "loss":
+                            loss_tokens = loss_tokens + config.kl_coef * kl
+                    if config.entropy_coef > 0:
+                        loss_tokens = loss_tokens - config.entropy_coef * out["entropy"]
+                    loss = L.aggregate(loss_tokens, m, config.loss_agg, **totals)
+                    if "values" in out:
+                        v = L.value_loss(out["values"], part.old_values, part.returns, config.value_clip or None)
+                        vloss = L.aggregate(v, m, "token-mean", num_tokens=totals["num_tokens"])
+                        loss = loss + config.vf_coef * vloss
+                        sums["value_loss"] += vloss.detach()
+                    if not torch.isfinite(loss):
+                        raise TrainingDiverged(f"loss is {loss.item()} at step {step}; lower lr (now {config.lr:g})")
+                    acc.backward(loss * world)  # DDP averages over processes; totals already span them
+                sums["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals)
+                sums["entropy"] += L.masked_sum(out["entropy"].detach(), m)
+                sums["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
+                sums["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
+                sums["approx_kl"] += L.approx_kl(logp.detach(), old, m) * m.sum()
+                sums["tokens"] += m.sum()
+            norm = acc.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf"))
+            if not torch.isfinite(torch.as_tensor(norm)):
+                raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; lower lr (now {config.lr:g})")
+            grad_norms.append(float(norm))
+            optimizer.step()
+            learner.scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    sums = {k: v.item() for k, v in sums.items()}
+    n_updates, tokens = config.epochs * config.minibatches, max(sums.pop("tokens"), 1.0)
+    stats = {k: sums[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
+    stats["policy_loss"] = sums["policy_loss"] / n_updates
+    if batch.old_values is not None:
+        stats["value_loss"] = sums["value_loss"] / n_updates
+        stats["explained_variance"] = L.explained_variance(batch.old_values, batch.returns, batch.loss_mask)
+    if batch.ref_logprobs is None:
+        stats["kl_ref"] = float("nan")
+    stats["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    return stats
+
+
+# ----------------------------------------------------------------------------- the step
+class Stopwatch:
+    """`lap()` -> seconds since the previous lap; on a GPU it first waits for the queued work to finish."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.last = device, time.perf_counter()
+
+    def lap(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        return seconds
+
+
+def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advantage_fn=None) -> dict[str, float]:
+    """Step `step` (0-based) of PPO, GRPO or DAPO: sample, score, update; returns the step's metrics.
+
+    The row holds the rollout's statistics (reward, accuracy, lengths, ...), the update's (losses, entropy,
+    KL, clip fractions, gradient norm) and the seconds of each phase: time/generation (sampling and scoring,
+    every dynamic-sampling round included), time/reference (forward passes without gradients: old log-probs
+    and values, the reference model) and time/learn (advantages and all updates)."""
+    acc, model = learner.accelerator, learner.model
+    clock = Stopwatch(acc.device)
+
+    # 1. sample G completions for each prompt and score them (DAPO: keep mixed groups only, sample again)
+    with acc.autocast():
+        roll, rewards, group_ids, row = collect(policy, task, config, step, acc.process_index, acc.num_processes)
+    if not torch.isfinite(rewards).all():
+        raise TrainingDiverged(f"task {task.name!r} returned a non-finite reward at step {step + 1}")
+    if config.overlong_punishment:  # DAPO eq. 13, added to the task reward
+        rewards = rewards + dapo.soft_overlong_punishment(roll.lengths.cpu(), config.max_new_tokens,
+                                                          config.overlong_cache)
+    mask = roll.completion_mask.float()  # (N, T)
+    loss_mask = mask * dapo.overlong_filter_mask(roll.truncated)[:, None].to(mask) if config.overlong_filter else mask
+    row["time/generation"] = clock.lap()
+
+    # 2. what the loss holds fixed: log pi_old (needed once the policy moves within the step: several updates,
+    #    or PPO's value clipping), the critic's V_old, and log pi_ref for the KL term
+    rows = config.micro_batch_size or len(roll) // config.minibatches
+    need_old = config.epochs * config.minibatches > 1 or config.critic != "none"
+    with acc.autocast():
+        old = forward_in_chunks(lambda *a: model(*a, config.temperature, with_entropy=False), roll, rows,
+                                ("logprobs",) + (("values",) if config.critic != "none" else ())) if need_old else {}
+        ref = forward_in_chunks(lambda *a: completion_logprobs(learner.reference, *a, config.temperature), roll,
+                                rows, ("logprobs",))["logprobs"] if learner.reference is not None else None
+    row["time/reference"] = clock.lap()
+
+    # 3. advantages: PPO's GAE over per-token rewards, or one group-relative value per completion
+    advantages, returns = compute_advantages(config, rewards, group_ids, mask, old.get("logprobs"), ref,
+                                             old.get("values"), advantage_fn)
+    # 4. mu epochs x minibatches of clipped-surrogate updates
+    batch = Batch(roll, advantages, loss_mask, old.get("logprobs"), ref, old.get("values"), returns)
+    row.update(learn(learner, config, batch, step + 1))
+    row["time/learn"] = clock.lap()
+    return row

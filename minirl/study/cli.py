@@ -1,0 +1,49 @@
+"""`python -m minirl study`: train the claims' runs that are not finished yet, then write the report."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from . import __doc__ as OVERVIEW
+from .claims import CLAIMS
+from .jobs import run_study
+from .points import SCALES
+from .report import write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minirl study", description=OVERVIEW,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=None, help=f"comma-separated claims to run, from {list(CLAIMS)}")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per point (>= 3 for the verdicts)")
+    parser.add_argument("--out", type=Path, default=Path("study"), help="folder for runs/, results/, figures/, STUDY.md")
+    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES), help="cpu (the tiny policy) or gpu")
+    parser.add_argument("--model", default=None, help="a folder or hub id replacing the scale's model")
+    parser.add_argument("--smoke", action="store_true", help="two-step runs on a few problems (tests)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the report from finished runs")
+    args = parser.parse_args(argv)
+    claims = list(CLAIMS) if args.only is None else [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = [c for c in claims if c not in CLAIMS]
+    if unknown or not claims:
+        parser.error(f"--only {args.only!r} is not allowed: choose from {list(CLAIMS)}")
+    if args.seeds < 1:
+        parser.error(f"--seeds {args.seeds} is not allowed: use an integer >= 1 (3 or more for verdicts)")
+    scale = SCALES[args.scale]
+    if args.model:
+        scale = dataclasses.replace(scale, model=args.model)
+    if args.smoke:
+        scale = scale.smoke()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.report_only:
+        run_study(claims, scale, args.seeds, args.out, args.device)
+    write_report(args.out, claims, scale, args.seeds)
+    return 0

@@ -1,0 +1,119 @@
+"""The study's runs: which (point, seed) jobs the claims need, and one run folder per job.
+
+Every job is trained from the same base policy, one at a time, into `<out>/runs/<run_key>`: the same key as the
+run cache, so a folder names exactly one (policy, task, config, code version). Next to config.json, metrics.jsonl
+and the checkpoint it holds `study.json` with the final evaluation: greedy and sampled accuracy on the held-out
+3-number split and on 4-number Countdown, a task it never trained on (the paper's transfer test, in miniature).
+A folder with a `study.json` is done; a killed study starts again at the first job without one. When the RL
+core changes, every key changes and the study trains again: results always come from the code that ships.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from ..config import RLConfig
+from ..evaluate import evaluate
+from ..policy import SHIPPED_NAME, load_policy
+from ..runs import Run, _write_atomic, code_version, run_key
+from ..tasks import task_identity
+from ..trainer import DynamicSamplingExhausted, TrainingDiverged, train
+from .claims import CLAIMS
+from .points import Point, Scale
+
+STUDY_FILE = "study.json"  # written into a run folder once its final evaluation is done
+
+
+def policy_name(scale: Scale) -> str:
+    """The name a run of this scale records for its base policy (`Policy.name` of `load_base_policy`)."""
+    return scale.model or SHIPPED_NAME
+
+
+def load_base_policy(scale: Scale, device: str | None):
+    return load_policy(scale.model, device=device, dtype=scale.dtype) if scale.model else load_policy(device=device)
+
+
+def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
+    """Where (point, seed) is trained: `<runs_root>/<run_key>`."""
+    return Path(runs_root) / run_key(policy_name(scale), task_identity(point.task(scale)), point.config(scale, seed))
+
+
+def final_evaluation(policy, point: Point, scale: Scale, config: RLConfig) -> dict:
+    """Greedy and sampled accuracy on the held-out 3-number split and on 4-number Countdown (never trained on)."""
+    out = {}
+    for name, num_count in (("heldout", 3), ("transfer4", 4)):
+        task = point.task(scale, num_count)
+        for mode, greedy in (("greedy", True), ("sampled", False)):
+            m = evaluate(policy, task, n=scale.eval_n, greedy=greedy, temperature=config.temperature,
+                         max_new_tokens=config.max_new_tokens, progress=False)
+            out[f"{name}/{mode}"] = m["accuracy"]
+            out[f"{name}/{mode}_numbers_ok"] = m.get("rate/numbers_ok")
+            out[f"{name}/{mode}_format_ok"] = m.get("rate/format_ok")
+            out[f"{name}/{mode}_length"] = m["mean_length"]
+    return out
+
+
+def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: str | None = None,
+              verbose: bool = True) -> Path:
+    """Train (point, seed) unless its folder already has a study.json; return the folder."""
+    config = point.config(scale, seed)
+    path = run_folder(point, scale, seed, runs_root)
+    if (path / STUDY_FILE).is_file():
+        return path
+    if path.exists():  # a run that was killed before its final evaluation: start it again
+        shutil.rmtree(path)
+    policy = load_base_policy(scale, device)
+    t0 = time.perf_counter()
+    error = None
+    try:
+        train(policy, point.task(scale), config, run_dir=path, progress=False)
+    except (TrainingDiverged, DynamicSamplingExhausted) as err:  # a collapse is a result: keep it, evaluate it
+        error = f"{type(err).__name__}: {err}"
+    seconds = time.perf_counter() - t0
+    record = {"point": point.label, "preset": point.preset, "seed": seed, "scale": scale.name, "error": error,
+              "code_version": code_version(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "train_seconds": Run.load(path).meta.get("seconds", seconds),
+              "final": final_evaluation(policy, point, scale, config)}
+    _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False) + "\n")
+    if verbose:
+        f = record["final"]
+        print(f"  {point.label:24s} seed {seed}: {seconds:5.1f} s  held-out sampled {f['heldout/sampled']:.3f} "
+              f"greedy {f['heldout/greedy']:.3f}  4-number {f['transfer4/sampled']:.3f}"
+              + (f"  [{error[:50]}]" if error else ""), flush=True)
+    return path
+
+
+def plan(claims: list[str], scale: Scale, seeds: int) -> list[tuple[Point, int]]:
+    """Every (point, seed) the claims need, seed by seed (so an early stop still covers every claim), without
+    repeating a configuration two claims share (H4's GRPO is H1's GRPO G=8, ...)."""
+    jobs, seen = [], set()
+    for seed in range(seeds):
+        for name in claims:
+            for point in CLAIMS[name].points:
+                folder = run_folder(point, scale, seed, Path())
+                if folder not in seen:
+                    seen.add(folder)
+                    jobs.append((point, seed))
+    return jobs
+
+
+def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: str | None = None) -> float:
+    """Run every job of `claims` that has not finished yet, one at a time; return the seconds spent."""
+    jobs = plan(claims, scale, seeds)
+    t0 = time.perf_counter()
+    print(f"study: {len(jobs)} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name}) -> {out}", flush=True)
+    for i, (point, seed) in enumerate(jobs, 1):
+        if not (run_folder(point, scale, seed, Path(out) / "runs") / STUDY_FILE).is_file():
+            print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:6.0f} s]", end="", flush=True)
+            run_point(point, scale, seed, Path(out) / "runs", device)
+    seconds = time.perf_counter() - t0
+    print(f"study: done in {seconds:.0f} s", flush=True)
+    return seconds

@@ -1,0 +1,92 @@
+"""The study's vocabulary: a `Scale` (how big every run is), a `Point` (one configuration of a sweep) and a
+`Claim` (a finding of the paper: its points, its verdict rule and what its figure shows).
+
+The claims themselves are in claims.py, each one next to its rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import RLConfig
+from ..tasks import Countdown
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big every run of the study is. `cpu` is what the committed results used."""
+
+    name: str
+    model: str | None = None  # None = the shipped tiny policy; else a folder or hub id for load_policy
+    steps: int = 80  # rollout steps per run
+    eval_every: int = 40  # held-out evaluation every this many steps (and at the end)
+    eval_n: int = 300  # held-out problems per evaluation (greedy and sampled)
+    batch_size: int = 8  # prompts per step for the group methods (PPO: batch_size * group_size prompts, G = 1)
+    group_size: int = 8  # completions per prompt (G) unless a claim varies it
+    lr: float = 1e-4  # base learning rate; H7 sweeps 0.3x .. 10x of it
+    max_new_tokens: int = 16  # completion limit
+    prompt_style: str = "compact"  # Countdown prompt: "compact" for the tiny policy, "chat" for instruct models
+    mixed_precision: str = "no"  # "bf16" on a GPU
+    micro_batch_size: int = 0  # rows per forward/backward (0 = whole minibatch)
+    dtype: str | None = None  # load_policy dtype of the weights (None: its default; "float32" to train with small lrs)
+
+    def smoke(self) -> "Scale":
+        """The same model and prompts, but runs of two steps on a handful of problems (tests, CI)."""
+        return dataclasses.replace(self, name=self.name + "-smoke", steps=2, eval_every=0, eval_n=4, batch_size=2,
+                                   group_size=2, micro_batch_size=0, max_new_tokens=min(self.max_new_tokens, 24))
+
+
+SCALES = {
+    # 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores: the committed study.
+    "cpu": Scale("cpu"),
+    # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
+    # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
+    "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
+                 group_size=8, lr=1e-6, max_new_tokens=256, prompt_style="chat", mixed_precision="bf16",
+                 micro_batch_size=16, dtype="float32"),  # fp32 weights + bf16 autocast: bf16 weights lose 1e-6 updates
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of a sweep: a preset with overrides; `series` and `x` place it on the claim's plot."""
+
+    label: str
+    preset: str  # "ppo", "grpo", "dapo"; "dapo-noDS" is DAPO without dynamic sampling
+    overrides: dict = field(default_factory=dict)  # RLConfig fields; "lr_x" multiplies the scale's lr, "steps_x"
+    # its steps (a longer run, evaluated twice as often)
+    series: str = ""  # the line this point belongs to (e.g. the algorithm)
+    x: float | str = ""  # its position on that line (e.g. G = 8)
+    reward_scheme: str = "binary"  # Countdown reward: binary 0/1, tinyzero 0/0.1/1, dapo -1/+1
+
+    def config(self, scale: Scale, seed: int) -> RLConfig:
+        over = dict(self.overrides)
+        lr = scale.lr * over.pop("lr_x", 1.0)
+        preset, extra = (("dapo", {"dynamic_sampling": False}) if self.preset == "dapo-noDS" else (self.preset, {}))
+        group = over.pop("group_size", scale.group_size)
+        shape = (dict(batch_size=scale.batch_size * group, group_size=1) if preset == "ppo"  # same completions per step
+                 else dict(batch_size=scale.batch_size, group_size=group))
+        steps_x = over.pop("steps_x", 1)
+        every = scale.eval_every if steps_x == 1 or not scale.eval_every else max(1, scale.eval_every // 2)
+        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=scale.eval_n,
+                    lr=lr, max_new_tokens=scale.max_new_tokens, mixed_precision=scale.mixed_precision,
+                    micro_batch_size=scale.micro_batch_size, seed=seed, algo=self.preset)
+        return RLConfig.preset(preset, **{**base, **shape, **extra, **over})
+
+    def task(self, scale: Scale, num_count: int = 3) -> Countdown:
+        return Countdown(num_count=num_count, prompt_style=scale.prompt_style, reward_scheme=self.reward_scheme)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A finding of the paper, the points that test it, and the rule that turns their runs into a verdict."""
+
+    name: str  # "H1" ...
+    title: str
+    expectation: str  # what we expect to see if the finding holds here
+    points: tuple[Point, ...]
+    verdict: Callable  # (points, base) -> (verdict, what we measured, the rule in words); see claims.py
+    figure: tuple[str, str]  # the two metrics its figure shows, one panel each
+    x: str = "step"  # the figure's x axis: "step" or "samples"
