@@ -109,7 +109,7 @@ def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: st
     """Run every job of `claims` that has not finished yet, one at a time; return the seconds spent."""
     jobs = plan(claims, scale, seeds)
     t0 = time.perf_counter()
-    print(f"study: {len(jobs)} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name}) -> {out}", flush=True)
+    print(f"study: {len(jobs)} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name})", flush=True)
     for i, (point, seed) in enumerate(jobs, 1):
         if not (run_folder(point, scale, seed, Path(out) / "runs") / STUDY_FILE).is_file():
             print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:6.0f} s]", end="", flush=True)
