@@ -176,3 +176,18 @@ def test_advantage_fn_plugs_a_learners_estimator_into_the_trainer():
         train(load_policy(device="cpu"), TASK, small("grpo", steps=1), advantage_fn=lambda r, g: r[:3], progress=False)
     with pytest.raises(ValueError, match="gae"):
         train(load_policy(device="cpu"), TASK, small("ppo", steps=1), advantage_fn=lambda r, g: r, progress=False)
+
+
+def test_every_step_records_where_its_time_went():
+    """rl_step times its phases; the benchmark reads them instead of copying the loop."""
+    run = train(load_policy(device="cpu"), TASK, small("dapo", steps=2, max_gen_batches=8), progress=False)
+    for row in run.history[1:]:
+        phases = [row["time/generation"], row["time/reference"], row["time/learn"]]
+        assert all(t > 0 for t in phases)
+        assert sum(phases) <= row["step_seconds"] + 1e-6  # the phases are parts of the step
+
+
+def test_progress_bar_shows_steps_and_time(capsys):
+    train(load_policy(device="cpu"), TASK, small("grpo", steps=2))
+    out = capsys.readouterr().out
+    assert "2/2" in out and "reward=" in out and "<" in out  # steps done, rate and time left (tqdm's "[00:01<00:00")
