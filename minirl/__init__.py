@@ -2,7 +2,7 @@
 
 Data flows one way: task -> policy -> rollout -> reward -> advantages -> loss -> step -> trainer -> run.
 The RL step is `minirl.step.rl_step`; `minirl.course` (lessons, exercises) and `minirl.study` (the paper's
-claims) are wings on top of this core, which never imports them (ARCHITECTURE.md).
+claims) are wings on top of this core, which never imports them (README.md, "Architecture").
 """
 
 from .evaluate import evaluate, pass_at_k

@@ -32,7 +32,7 @@ from .config import RLConfig
 
 STATUSES = ("running", "finished", "failed", "stopped")
 CONFIG_FILE, META_FILE, METRICS_FILE = "config.json", "meta.json", "metrics.jsonl"
-# minirl's wings (ARCHITECTURE.md): sub-packages that use the RL core and that the core never imports, so
+# minirl's wings (README.md, "Architecture"): sub-packages that use the RL core and that the core never imports, so
 # nothing in them can change a training result. `code_version` hashes everything else.
 WINGS = ("course", "study")
 

@@ -1,4 +1,4 @@
-"""The layers of ARCHITECTURE.md hold: imports run one way, the study has no cycle, identities are stable."""
+"""The README's Architecture holds: imports run one way, the study has no cycle, run keys are stable."""
 
 import ast
 import subprocess
