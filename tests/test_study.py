@@ -122,3 +122,15 @@ def test_clear_difference_needs_twice_the_standard_error():
     assert d == pytest.approx(0.10) and bar == pytest.approx(2 * math.hypot(a["se"], b["se"]))
     assert clear(d, bar) == 1 and clear(-d, bar) == -1
     assert clear(0.001, bar) == 0 and clear(math.nan, bar) == 0
+
+
+def test_report_never_erases_results_made_by_another_code_version(tmp_path, monkeypatch):
+    out = tmp_path / "study"
+    assert study.main(["--only", "H9", "--seeds", "1", "--smoke", "--out", str(out), "--device", "cpu"]) == 0
+    before = (out / "STUDY.md").read_text()
+    from minirl import runs
+
+    monkeypatch.setattr(runs, "code_version", lambda: "0.1.0+another")  # run keys change with the code version
+    with pytest.raises(SystemExit, match="none of this code version"):
+        study.main(["--only", "H9", "--seeds", "1", "--smoke", "--out", str(out), "--report-only"])
+    assert (out / "STUDY.md").read_text() == before

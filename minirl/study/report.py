@@ -12,7 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
-from ..runs import Run, _write_atomic
+from ..runs import Run, _write_atomic, code_version
 from .claims import CLAIMS
 from .jobs import STUDY_FILE, final_evaluation, load_base_policy, run_folder
 from .points import Claim, Point, Scale
@@ -72,20 +72,22 @@ def base_numbers(out: Path, scale: Scale) -> dict:
 
 
 def collect(claim: Claim, scale: Scale, seeds: int, runs_root: Path, base: dict) -> dict:
-    """{label: {"series", "x", "runs", "numbers" (metric -> per-seed list), "stats"}} of the finished runs."""
+    """{label: {"series", "x", "runs", "records" (their study.json), "numbers" (metric -> per-seed list), "stats"}}
+    of the finished runs."""
     points = {}
     for point in claim.points:
-        runs, numbers = [], {}
+        runs, records, numbers = [], [], {}
         for seed in range(seeds):
             path = run_folder(point, scale, seed, runs_root)
             if not (path / STUDY_FILE).is_file():
                 continue
             run, record = Run.load(path), json.loads((path / STUDY_FILE).read_text(encoding="utf-8"))
             runs.append(run)
+            records.append(record)
             for k, v in run_numbers(run, record, base).items():
                 numbers.setdefault(k, []).append(v)
         points[point.label] = {"label": point.label, "series": point.series, "x": point.x, "runs": runs,
-                               "numbers": numbers, "stats": {k: stats(v) for k, v in numbers.items()}}
+                               "records": records, "numbers": numbers, "stats": {k: stats(v) for k, v in numbers.items()}}
     return points
 
 
@@ -119,15 +121,16 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
     Everything in it comes from the run folders, so the same runs give the same report on any machine."""
     out = Path(out)
     base = base_numbers(out, scale)
+    collected = {name: collect(CLAIMS[name], scale, seeds, out / "runs", base) for name in claims}
+    records = {run.path: record for points in collected.values() for p in points.values()
+               for run, record in zip(p["runs"], p["records"])}
+    if not records:
+        _refuse_to_erase(out)
     (out / "results").mkdir(parents=True, exist_ok=True)
-    rows, sections, records = [], [], {}
-    for name in claims:
+    rows, sections = [], []
+    for name, points in collected.items():
         claim = CLAIMS[name]
-        points = collect(claim, scale, seeds, out / "runs", base)
         complete = all(p["runs"] for p in points.values())
-        for p in points.values():
-            for r in p["runs"]:
-                records[r.path] = json.loads((r.path / STUDY_FILE).read_text(encoding="utf-8"))
         if complete:
             verdict, measured, rule = claim.verdict(points, base)
         else:
@@ -147,6 +150,16 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/ for {', '.join(claims)}")
     return md
+
+
+def _refuse_to_erase(out: Path) -> None:
+    """No run of this code version exists: do not overwrite a report made from runs of another version."""
+    versions = sorted({json.loads(f.read_text(encoding="utf-8")).get("code_version", "?")
+                       for f in (out / "runs").glob(f"*/{STUDY_FILE}")})
+    if versions:
+        raise SystemExit(f"error: {out / 'runs'} holds finished runs of minirl {', '.join(versions)} but none of this "
+                         f"code version ({code_version()}): run folders are named by run_key, which includes the code "
+                         "version. Run the study again (without --report-only), or use that version of minirl.")
 
 
 def _section(claim, points, verdict, rule, measured, command, complete) -> str:
