@@ -9,6 +9,7 @@ very same `AutoModelForCausalLM` / `AutoTokenizer` path, so everything downstrea
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,6 +75,21 @@ class Policy:
         with quiet_progress_bars():
             self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        portable_tokenizer_config(Path(path))
+
+
+# transformers 5 writes its generic fast tokenizer as "TokenizersBackend", a class transformers 4 does not have
+# ("Tokenizer class TokenizersBackend does not exist"); the name PreTrainedTokenizerFast loads in both
+PORTABLE_TOKENIZER_CLASS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
+def portable_tokenizer_config(path: Path) -> None:
+    """Rewrite tokenizer_config.json's tokenizer_class to a name every supported transformers release knows."""
+    file = path / "tokenizer_config.json"
+    config = json.loads(file.read_text())
+    if config.get("tokenizer_class") in PORTABLE_TOKENIZER_CLASS:
+        config["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS[config["tokenizer_class"]]
+        file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 @contextmanager

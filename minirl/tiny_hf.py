@@ -15,6 +15,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from .policy import portable_tokenizer_config
+
 # The ChatML template Qwen2.5 uses, without its tool-calling branches.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -59,4 +61,5 @@ def save_tiny_chat_model(path: str | Path, seed: int = 0) -> Path:
         pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
+    portable_tokenizer_config(path)  # loadable by transformers 4 too
     return path
