@@ -1,9 +1,14 @@
 """Checkpoints that survive crashes: written to a temporary folder, then swapped in with renames.
 
-A checkpoint holds everything `train(..., resume=True)` needs to continue exactly: the policy (as a
-Hugging Face folder, so it can also be loaded with `load_policy`), the critic, the optimiser and
-scheduler state, and the step. Sampling and minibatch order are seeded from (seed, step), so no
-random-generator state is needed to make a resumed run match an uninterrupted one.
+    run_dir/checkpoint/
+        policy/            a Hugging Face model folder (weights, tokenizer, generation config, model card):
+                           `load_policy(...)` or plain `AutoModelForCausalLM.from_pretrained(...)` loads it
+        trainer_state.pt   the step, the critic, optimiser, scheduler and fp16 loss-scaler state
+
+The trainer state sits next to the model folder, not inside it, so that uploading or copying `policy/` never
+carries a pickle along. It holds only tensors, numbers and strings, so it loads with `weights_only=True` (no
+arbitrary code runs when a checkpoint is opened). Sampling and minibatch order are seeded from (seed, step),
+so no random-generator state is needed to make a resumed run match an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -14,19 +19,23 @@ from pathlib import Path
 import torch
 
 CHECKPOINT = "checkpoint"
+POLICY = "policy"
 TRAINER_STATE = "trainer_state.pt"
 
 
-def save_checkpoint(run_dir: str | Path, step: int, policy, actor_critic, optimizer, scheduler) -> Path:
-    """Write run_dir/checkpoint atomically; the previous checkpoint stays until the new one is complete."""
+def save_checkpoint(run_dir: str | Path, step: int, policy, actor_critic, optimizer, scheduler, scaler=None,
+                    **policy_save) -> Path:
+    """Write run_dir/checkpoint atomically; the previous checkpoint stays until the new one is complete.
+    `policy_save`: keyword arguments of `Policy.save` (the model card, the decoding defaults)."""
     run_dir = Path(run_dir)
     final, tmp, old = run_dir / CHECKPOINT, run_dir / f"{CHECKPOINT}.tmp", run_dir / f"{CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    policy.save(tmp)
+    policy.save(tmp / POLICY, **policy_save)
     critic = {k: v for k, v in actor_critic.state_dict().items() if not k.startswith("policy.")}
     torch.save({"step": step, "critic": critic, "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict()}, tmp / TRAINER_STATE)
+                "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None},
+               tmp / TRAINER_STATE)
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
@@ -44,12 +53,12 @@ def find_checkpoint(run_dir: str | Path) -> Path | None:
     return None
 
 
-def load_checkpoint(path: Path, actor_critic, optimizer, scheduler) -> int:
-    """Restore weights and optimiser state in place; return the step the checkpoint was taken after."""
+def load_checkpoint(path: Path, actor_critic, optimizer, scheduler, scaler=None) -> int:
+    """Restore weights and optimiser (and loss-scaler) state in place; return the step it was taken after."""
     from safetensors.torch import load_file
 
     weights = {}
-    for file in sorted(path.glob("*.safetensors")):
+    for file in sorted((path / POLICY).glob("*.safetensors")):
         weights.update(load_file(file))
     policy = actor_critic.policy
     missing, unexpected = policy.load_state_dict(weights, strict=False)
@@ -58,8 +67,10 @@ def load_checkpoint(path: Path, actor_critic, optimizer, scheduler) -> int:
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not match the policy: missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]}; resume with the same base policy")
-    state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=False)
+    state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
     actor_critic.load_state_dict({**{f"policy.{k}": v for k, v in policy.state_dict().items()}, **state["critic"]})
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and state.get("scaler") is not None:
+        scaler.load_state_dict(state["scaler"])
     return int(state["step"])

@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -52,10 +53,14 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+SFT_TASK = "3 numbers from 1-9, operators + - *, compact prompt"
+
+
 def cmd_sft(args) -> int:
     from . import evaluate
     from .policy import SHIPPED_NAME, SHIPPED_POLICY, new_tiny_policy
-    from .sft import model_card, sft, write_card
+    from .card import sft_card
+    from .sft import sft
     from .tasks import Countdown
 
     torch.set_num_threads(args.threads) if args.threads else None
@@ -66,16 +71,14 @@ def cmd_sft(args) -> int:
     seconds = time.perf_counter() - t0
     greedy = evaluate(policy, task, n=args.eval_n, greedy=True, seed=0)
     sampled = evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, temperature=1.0, seed=0)
-    out = args.out or SHIPPED_POLICY
+    out = Path(args.out or SHIPPED_POLICY)
     policy.name = SHIPPED_NAME
-    policy.save(out)
     command = "python -m minirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     meta = {"command": command, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
             "seed": args.seed, "num_parameters": policy.num_parameters, "seconds": round(seconds, 1),
             "final_loss": history[-1]["loss"], "greedy": greedy, "sampled": sampled}
-    card = model_card(command=command, task_description="3 numbers from 1-9, operators + - *, compact prompt",
-                      **{k: v for k, v in meta.items() if k != "command"})
-    write_card(out, card, meta)
+    policy.save(out, sft_card(task_description=SFT_TASK, **meta))
+    (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
     print(f"saved to {out}: greedy {greedy['accuracy']:.1%}, sampled {sampled['accuracy']:.1%} "
           f"({seconds:.0f} s of SFT)")
     return 0
@@ -124,6 +127,8 @@ def config_from_args(args):
 
 def cmd_train(args) -> int:
     from . import load_policy
+    from .card import trained_card
+    from .checkpoint import CHECKPOINT, POLICY
     from .runs import RunCache
     from .trainer import train
 
@@ -140,8 +145,9 @@ def cmd_train(args) -> int:
           f"{run.final('eval/accuracy_sampled'):.1%}, greedy {first.get('eval/accuracy_greedy', float('nan')):.1%} -> "
           f"{run.final('eval/accuracy_greedy'):.1%}; run folder: {run.path}")
     if args.save_policy:  # from the run's final checkpoint: also right when the run came from the cache
-        trained = load_policy(run.path / "checkpoint", device="cpu") if run.path is not None else policy
-        trained.save(args.save_policy)
+        trained = load_policy(run.path / CHECKPOINT / POLICY, device="cpu") if run.path is not None else policy
+        trained.save(args.save_policy, trained_card(run, run.history[-1]["step"]), temperature=config.temperature,
+                     top_p=config.top_p, max_new_tokens=config.max_new_tokens)
         print(f"trained policy saved to {args.save_policy}")
     return 0
 

@@ -8,6 +8,7 @@ very same `AutoModelForCausalLM` / `AutoTokenizer` path, so everything downstrea
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -19,6 +20,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
+from .card import decoding_defaults, generic_card
+from .config import RLConfig
 from .tokenizer import build_char_tokenizer
 
 SHIPPED_POLICY = Path(__file__).parent / "assets" / "tiny-countdown"
@@ -70,12 +73,21 @@ class Policy:
         """Completion ids (B, T) -> texts without special tokens (EOS and padding dropped)."""
         return self.tokenizer.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
 
-    def save(self, path: str | Path) -> None:
-        """Save model (safetensors) and tokenizer so `load_policy(path)` gets the same policy back."""
+    def save(self, path: str | Path, card: str | None = None, *, temperature: float = 1.0, top_p: float = 1.0,
+             max_new_tokens: int = RLConfig.max_new_tokens) -> None:
+        """Save a Hugging Face model folder: weights (safetensors), tokenizer, a generation config that samples
+        like the course (card.decoding_defaults) and README.md, the model card (`card`; default: a generic one
+        with the Hub's metadata). `load_policy(path)` and plain transformers both get the same policy back."""
+        path = Path(path)
         with quiet_progress_bars():
             self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
-        portable_tokenizer_config(Path(path))
+        portable_tokenizer_config(path)
+        generation = copy.deepcopy(self.model.generation_config)
+        generation.update(**decoding_defaults(self.eos_token_ids, self.tokenizer.pad_token_id, temperature=temperature,
+                                              top_p=top_p, max_new_tokens=max_new_tokens))
+        generation.save_pretrained(path)
+        (path / "README.md").write_text(card if card is not None else generic_card(self.name))
 
 
 # transformers 5 writes its generic fast tokenizer as "TokenizersBackend", a class transformers 4 does not have

@@ -7,10 +7,8 @@ accuracy is low enough (15-40 %) to leave room for RL to show what it does.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -63,35 +61,3 @@ def sft(policy, task, *, steps: int = 300, batch_size: int = 128, lr: float = 1e
         bar.set_postfix(loss=f"{loss.item():.3f}")
     policy.model.eval()
     return history
-
-
-def model_card(*, command: str, steps: int, batch_size: int, lr: float, seed: int, num_parameters: int,
-               seconds: float, greedy: dict, sampled: dict, task_description: str, final_loss: float) -> str:
-    """The README.md written next to the shipped weights: how it was made and how well it does."""
-    return f"""# minirl tiny Countdown policy
-
-A {num_parameters:,}-parameter Llama (hidden 128, 4 layers, 4 heads, intermediate 512, tied embeddings)
-with a 22-symbol character tokenizer, warm-started by supervised fine-tuning on one random reference
-solution per problem. It is deliberately under-trained so that reinforcement learning has room to improve it.
-
-## How it was made
-```
-{command}
-```
-Task: {task_description}. SFT: {steps} steps, batch {batch_size}, AdamW lr {lr} (linear warm-up),
-seed {seed}, final loss {final_loss:.3f}, {seconds:.0f} s on the machine that made it (CPU timings are noisy).
-
-## Held-out accuracy (3-number Countdown, test split, {greedy['n_problems']} problems)
-| decoding | accuracy | format rate | mean length |
-|---|---|---|---|
-| greedy | {greedy['accuracy']:.1%} | {greedy['format_rate']:.1%} | {greedy['mean_length']:.1f} |
-| sampled, T=1 (k={sampled['k']} per problem) | {sampled['accuracy']:.1%} | {sampled['format_rate']:.1%} | {sampled['mean_length']:.1f} |
-
-Reproduce the numbers with `python -m minirl evaluate`.
-"""
-
-
-def write_card(path: str | Path, text: str, meta: dict) -> None:
-    path = Path(path)
-    (path / "README.md").write_text(text)
-    (path / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")

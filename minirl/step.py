@@ -21,6 +21,7 @@ from accelerate import Accelerator
 from . import advantages as adv
 from . import dapo
 from . import losses as L
+from . import metrics
 from .config import RLConfig
 from .rollout import Rollout, completion_logprobs, sample
 
@@ -88,8 +89,9 @@ def generate(policy, task, config: RLConfig, step: int, round_: int, rank: int, 
 
 
 def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
-    """Sample a training batch. With dynamic sampling (DAPO eq. 11) keep only groups whose rewards differ,
-    and sample again until `batch_size` groups are kept or `max_gen_batches` rounds are used up."""
+    """Sample this process's share of a training batch. With dynamic sampling (DAPO eq. 11) keep only groups
+    whose rewards differ, and sample again until `batch_size` groups are kept or `max_gen_batches` rounds are
+    used up. Returns the kept rows and this process's totals over every round (metrics.rollout_totals)."""
     want = config.batch_size // world  # groups this process needs
     kept, all_rewards, all_parts, all_lengths, all_trunc, first_ids = [], [], [], [], [], None
     for round_ in range(config.max_gen_batches if config.dynamic_sampling else 1):
@@ -111,19 +113,9 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
     n = want * config.group_size  # groups are contiguous, so the first n rows are whole groups
     roll = Rollout.cat([r for r, _, _ in kept], policy.tokenizer.pad_token_id).select(list(range(n)))
     rewards, group_ids = torch.cat([r for _, r, _ in kept])[:n], torch.cat([g for _, _, g in kept])[:n]
-    every = torch.cat(all_rewards)
-    stats = {"reward_mean": every.mean().item(), "reward_std": every.std().item() if len(every) > 1 else 0.0,
-             "frac_reward_zero_std": dapo.frac_reward_zero_std(all_rewards[0], first_ids),
-             "kept_group_frac": (n // config.group_size) / (len(every) // config.group_size),
-             "gen_batches": len(all_rewards), "generated": len(every),
-             "completion_len_mean": torch.cat(all_lengths).float().mean().item(),
-             "completion_len_max": torch.cat(all_lengths).max().item(),
-             "truncation_rate": torch.cat(all_trunc).float().mean().item(),
-             "generated_tokens": torch.cat(all_lengths).sum().item()}
-    for j, name in enumerate(names):
-        stats[f"reward/{name}"] = torch.cat(all_parts)[:, j].nanmean().item()
-    stats["accuracy"] = stats.get("reward/correct", float("nan"))
-    return roll, rewards, group_ids, stats
+    totals = metrics.rollout_totals(all_rewards, all_parts, names, all_lengths, all_trunc, first_ids,
+                                    kept_groups=n // config.group_size, group_size=config.group_size)
+    return roll, rewards, group_ids, totals
 
 
 # ----------------------------------------------------------------------------- 2. the fixed terms and advantages
@@ -166,22 +158,28 @@ def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logpr
 # ----------------------------------------------------------------------------- 3. the updates
 def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[str, float]:
     """mu epochs x minibatches of clipped-surrogate updates. Normalisers are totals over the whole optimiser
-    step (and over processes), so micro-batching and data parallelism do not change the gradient."""
+    step (and over processes), so micro-batching and data parallelism do not change the gradient.
+
+    fp16 (a GradScaler, accelerate's loss scaling): an update whose gradients overflow is skipped by the scaler,
+    which lowers its scale; it is counted in `updates_skipped`, leaves the learning-rate schedule where it was
+    and adds nothing to the logged losses. Without a scaler a non-finite loss or gradient is TrainingDiverged."""
     acc, model, optimizer = learner.accelerator, learner.model, learner.optimizer
     world, N = acc.num_processes, len(batch)
+    scaled = acc.scaler is not None
     rows_mb = N // config.minibatches
     rows_micro = config.micro_batch_size or rows_mb
     gen = torch.Generator().manual_seed(step_seed(config, step, 99))
     # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
-    sums = {k: torch.zeros((), device=batch.loss_mask.device) for k in (
-        "policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")}
-    grad_norms = []
+    names = ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")
+    sums = {k: torch.zeros((), device=batch.loss_mask.device) for k in names}
+    grad_norms, skipped = [], 0
     for _ in range(config.epochs):
         order = torch.randperm(N, generator=gen) if config.minibatches > 1 else torch.arange(N)
         for mb in order.split(rows_mb):
             num_tokens = batch.loss_mask[mb].sum()
             num_tokens = acc.reduce(num_tokens.float(), "sum") if world > 1 else num_tokens
             totals = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world, max_len=config.max_new_tokens)
+            update = {k: torch.zeros_like(v) for k, v in sums.items()}  # this update's share of the logs
             micros = mb.split(rows_micro)
             for i, idx in enumerate(micros):
                 part = batch.rows(idx)
@@ -196,7 +194,7 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
                     loss_tokens = pg
                     if part.ref_logprobs is not None:
                         kl = L.kl_penalty(logp, part.ref_logprobs, config.kl_estimator)
-                        sums["kl_ref"] += L.masked_sum(kl.detach(), m)
+                        update["kl_ref"] += L.masked_sum(kl.detach(), m)
                         if config.kl_placement == "loss":
                             loss_tokens = loss_tokens + config.kl_coef * kl
                     if config.entropy_coef > 0:
@@ -206,33 +204,44 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
                         v = L.value_loss(out["values"], part.old_values, part.returns, config.value_clip or None)
                         vloss = L.aggregate(v, m, "token-mean", num_tokens=totals["num_tokens"])
                         loss = loss + config.vf_coef * vloss
-                        sums["value_loss"] += vloss.detach()
-                    if not torch.isfinite(loss):
+                        update["value_loss"] += vloss.detach()
+                    if not scaled and not torch.isfinite(loss):
                         raise TrainingDiverged(f"loss is {loss.item()} at step {step}; lower lr (now {config.lr:g})")
                     acc.backward(loss * world)  # DDP averages over processes; totals already span them
-                sums["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals)
-                sums["entropy"] += L.masked_sum(out["entropy"].detach(), m)
-                sums["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
-                sums["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
-                sums["approx_kl"] += L.approx_kl(logp.detach(), old, m) * m.sum()
-                sums["tokens"] += m.sum()
+                update["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals)
+                update["entropy"] += L.masked_sum(out["entropy"].detach(), m)
+                update["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
+                update["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
+                update["approx_kl"] += L.approx_kl(logp.detach(), old, m) * m.sum()
+                update["tokens"] += m.sum()
             norm = acc.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf"))
-            if not torch.isfinite(torch.as_tensor(norm)):
+            if not scaled and not torch.isfinite(torch.as_tensor(norm)):
                 raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; lower lr (now {config.lr:g})")
-            grad_norms.append(float(norm))
-            optimizer.step()
-            learner.scheduler.step()
+            optimizer.step()  # with a GradScaler: skipped if the gradients hold an inf/nan
+            if scaled and acc.optimizer_step_was_skipped:
+                skipped += 1
+            else:
+                learner.scheduler.step()
+                grad_norms.append(float(norm))
+                for k in sums:
+                    sums[k] += update[k]
             optimizer.zero_grad(set_to_none=True)
-    sums = {k: v.item() for k, v in sums.items()}
-    n_updates, tokens = config.epochs * config.minibatches, max(sums.pop("tokens"), 1.0)
-    stats = {k: sums[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
-    stats["policy_loss"] = sums["policy_loss"] / n_updates
+    # totals over every process's rows, then the means (metrics.py); policy and value losses are already
+    # shares of one loss over all processes, so their sum over processes is the loss
+    t = {k: v.item() for k, v in sums.items()}
     if batch.old_values is not None:
-        stats["value_loss"] = sums["value_loss"] / n_updates
-        stats["explained_variance"] = L.explained_variance(batch.old_values, batch.returns, batch.loss_mask)
+        t.update(metrics.value_totals(batch.old_values, batch.returns, batch.loss_mask))
+    t = metrics.combine(acc, t)
+    applied, tokens = config.epochs * config.minibatches - skipped, max(t["tokens"], 1.0)
+    stats = {k: t[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
+    stats["policy_loss"] = t["policy_loss"] / applied if applied else float("nan")
+    if batch.old_values is not None:
+        stats["value_loss"] = t["value_loss"] / applied if applied else float("nan")
+        stats["explained_variance"] = metrics.explained_variance(t)
     if batch.ref_logprobs is None:
         stats["kl_ref"] = float("nan")
-    stats["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")  # the same on every process
+    stats["updates_skipped"] = skipped
     return stats
 
 
@@ -263,7 +272,8 @@ def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advanta
 
     # 1. sample G completions for each prompt and score them (DAPO: keep mixed groups only, sample again)
     with acc.autocast():
-        roll, rewards, group_ids, row = collect(policy, task, config, step, acc.process_index, acc.num_processes)
+        roll, rewards, group_ids, totals = collect(policy, task, config, step, acc.process_index, acc.num_processes)
+    row = metrics.rollout_metrics(metrics.combine(acc, totals))  # over every process's samples
     if not torch.isfinite(rewards).all():
         raise TrainingDiverged(f"task {task.name!r} returned a non-finite reward at step {step + 1}")
     if config.overlong_punishment:  # DAPO eq. 13, added to the task reward

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import math
-import resource
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from accelerate.state import AcceleratorState
 from tqdm import tqdm
 
 from .actor_critic import ActorCritic, training_state_bytes
+from .card import trained_card
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import RLConfig
 from .evaluate import evaluate
@@ -61,7 +61,7 @@ def make_learner(policy, config: RLConfig, accelerator: Accelerator | None = Non
     optimizer = torch.optim.AdamW(groups, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
                                   weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (config.warmup_steps + 1)))
-    start_step = load_checkpoint(checkpoint, actor_critic, optimizer, scheduler) if checkpoint else 0
+    start_step = load_checkpoint(checkpoint, actor_critic, optimizer, scheduler, acc.scaler) if checkpoint else 0
     model, optimizer = acc.prepare(actor_critic, optimizer)
     if reference is not None:
         reference.to(acc.device)
@@ -82,10 +82,24 @@ def run_meta(policy, task, learner: Learner, key: str) -> dict:
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """GPU: peak allocated by torch. CPU: the process's peak resident set (includes Python and libraries)."""
+    """GPU: peak allocated by torch. CPU: the process's peak resident set (includes Python and libraries);
+    nan where the system tells neither."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        import resource  # POSIX only: native Windows has no such module
+    except ImportError:
+        return windows_peak_rss_mb()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # getrusage(2): bytes on macOS, KiB on Linux
+
+
+def windows_peak_rss_mb() -> float:
+    """The peak working set that Windows keeps per process (psutil, which accelerate already requires);
+    nan elsewhere."""
+    import psutil
+
+    return getattr(psutil.Process().memory_info(), "peak_wset", float("nan")) / 2**20
 
 
 def run_evaluation(policy, task, config: RLConfig) -> dict[str, float]:
@@ -106,7 +120,7 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
     run_dir: where metrics.jsonl, config.json and checkpoints go (needed for resume and checkpoint_every).
     resume: continue from run_dir's last checkpoint; pass the same *base* policy as the first time.
     cache: a RunCache; a finished run with the same (policy, task, config, code) is returned without
-      training (the policy is then NOT modified: load trained weights from run.path / "checkpoint").
+      training (the policy is then NOT modified: load the trained one from run.path / "checkpoint" / "policy").
     progress: a text progress bar (steps, elapsed and remaining time, reward, accuracy) on stdout.
     advantage_fn: optional `fn(rewards (N,), group_ids (N,)) -> (N,)` that replaces the group/rloo estimator
       (how the exercises plug a learner's implementation into this trainer); such runs are never cached.
@@ -134,7 +148,7 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
                              "resume with the same config (or start a new run_dir)")
     learner, start_step = make_learner(policy, config, accelerator, checkpoint)
     acc = learner.accelerator
-    main, world = acc.is_main_process, acc.num_processes
+    main = acc.is_main_process
     meta = run_meta(policy, task, learner, key)
     if run is None:  # only the main process writes the run folder
         run = Run.start(config, run_dir if main else None, **meta)
@@ -144,8 +158,10 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
             run.save()
             run.set_status("running")
 
-    def save(step: int) -> None:
-        save_checkpoint(run.path, step, policy, acc.unwrap_model(learner.model), learner.optimizer, learner.scheduler)
+    def save(step: int) -> None:  # run_dir/checkpoint: policy/ (a Hub-ready folder with its card) + trainer state
+        save_checkpoint(run.path, step, policy, acc.unwrap_model(learner.model), learner.optimizer, learner.scheduler,
+                        acc.scaler, card=trained_card(run, step), temperature=config.temperature,
+                        top_p=config.top_p, max_new_tokens=config.max_new_tokens)
 
     t_start = time.perf_counter() - (run.history[-1]["wall_time"] if run.history else 0.0)
     samples = run.history[-1].get("samples", 0) if run.history else 0
@@ -158,11 +174,14 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
             t0 = time.perf_counter()
             row = rl_step(policy, task, config, learner, step, advantage_fn)
             seconds = time.perf_counter() - t0
-            samples += row["generated"] * world
+            samples += row["generated"]  # over every process (metrics.py)
             row.update(step=step + 1, samples=samples, lr=learner.scheduler.get_last_lr()[0],
-                       tokens_per_s=row.pop("generated_tokens") * world / seconds, step_seconds=seconds,
+                       tokens_per_s=row.pop("generated_tokens") / seconds, step_seconds=seconds,
                        peak_mem_mb=peak_memory_mb(acc.device))
-            if not all(math.isfinite(v) for k, v in row.items() if k in ("policy_loss", "grad_norm", "reward_mean")):
+            # a step whose every update the fp16 scaler skipped has no loss or gradient norm to check
+            all_skipped = row["updates_skipped"] == config.epochs * config.minibatches
+            checked = ("reward_mean",) if all_skipped else ("policy_loss", "grad_norm", "reward_mean")
+            if not all(math.isfinite(row[k]) for k in checked):
                 raise TrainingDiverged(f"non-finite metrics at step {step + 1}: {row}")
             last = step + 1 == config.steps
             if main and (last or (config.eval_every and (step + 1) % config.eval_every == 0)):

@@ -1,7 +1,8 @@
 """One optimiser step on a fixed batch, in 1 process or under `torchrun --nproc_per_node 2` (gloo).
 
 Used by test_distributed.py: the two must give the same parameters, because the loss normalisers are
-totals over all processes (token-mean) and DDP averages gradients.
+totals over all processes (token-mean) and DDP averages gradients; and the same logged metrics, because
+every metric is a total added over processes before its mean is taken (metrics.py).
 """
 
 import sys
@@ -9,7 +10,7 @@ import sys
 import torch
 from accelerate import Accelerator
 
-from minirl import Countdown, load_policy
+from minirl import Countdown, load_policy, metrics
 from minirl.actor_critic import ActorCritic
 from minirl.config import RLConfig
 from minirl.step import Batch, Learner, compute_advantages, generate, learn
@@ -32,8 +33,14 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
 model, optimizer = acc.prepare(model, optimizer)
 batch = Batch(roll, advantages, mask, old_logprobs=None, ref_logprobs=None, old_values=None, returns=None)
-learn(Learner(acc, model, optimizer, scheduler, reference=None), config, batch.rows(torch.tensor(rows)), step=1)
+stats = learn(Learner(acc, model, optimizer, scheduler, reference=None), config, batch.rows(torch.tensor(rows)), step=1)
+# the sampling metrics of this process's rows, added over processes (what rl_step logs)
+idx = torch.tensor(rows)
+totals = metrics.rollout_totals([rewards[idx]], [rewards[idx, None]], ["correct"], [roll.lengths[idx]],
+                                [roll.truncated[idx]], group_ids[idx], kept_groups=len(rows) // config.group_size,
+                                group_size=config.group_size)
+sampled = metrics.rollout_metrics(metrics.combine(acc, totals))
 if acc.is_main_process:
-    torch.save({"processes": acc.num_processes,
+    torch.save({"processes": acc.num_processes, "stats": stats, "sampled": sampled,
                 "params": [p.detach().clone() for p in acc.unwrap_model(model).parameters()]}, out)
 acc.wait_for_everyone()

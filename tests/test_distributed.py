@@ -30,6 +30,11 @@ def test_two_processes_match_one(tmp_path, loss_agg):
     assert single["processes"] == 1 and ddp["processes"] == 2
     diffs = [(a - b).abs().max().item() for a, b in zip(single["params"], ddp["params"])]
     assert max(diffs) < 1e-6, f"largest parameter difference {max(diffs):.2e}"
+    # what is logged is the batch's, not rank 0's share (rank 0 holds only half of the rows)
+    for key in ("policy_loss", "entropy", "clip_frac_low", "approx_kl", "grad_norm"):
+        assert ddp["stats"][key] == pytest.approx(single["stats"][key], rel=1e-5, abs=1e-7), key
+    assert ddp["sampled"] == pytest.approx(single["sampled"], rel=1e-9, nan_ok=True)
+    assert ddp["sampled"]["generated"] == 16 and ddp["sampled"]["reward_std"] > 0
     from minirl import load_policy
 
     base = list(load_policy(device="cpu").model.parameters())

@@ -150,6 +150,37 @@ def test_save_then_load_round_trip(tiny_policy, tmp_path):
     assert torch.equal(logits_of(again, prompts), logits_of(tiny_policy, prompts))
 
 
+def test_saved_folder_is_what_a_hub_user_expects(tiny_policy, tmp_path):
+    import warnings
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tiny_policy.save(tmp_path / "copy", temperature=0.7, max_new_tokens=12)
+    config = json.loads((tmp_path / "copy" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4 also has
+    card = (tmp_path / "copy" / "README.md").read_text()
+    assert card.startswith("---\nlicense: mit\nlibrary_name: transformers\npipeline_tag: text-generation\n")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "copy")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "copy")
+    ids = tokenizer(["3,5,7:026="], return_tensors="pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "using the default max_length (20)": the folder must say
+        out = model.generate(**ids)
+    assert out.shape[1] - ids.input_ids.shape[1] <= 12
+    generation = model.generation_config
+    assert (generation.do_sample, generation.temperature, generation.top_p, generation.top_k) == (True, 0.7, 1.0, 0)
+    assert generation.eos_token_id == [2]
+
+
+def test_shipped_card_is_what_sft_writes():
+    from minirl.card import sft_card
+    from minirl.cli import SFT_TASK
+
+    readme = (SHIPPED_POLICY / "README.md").read_text()
+    assert readme == sft_card(task_description=SFT_TASK, **CARD)
+    assert readme.split("---")[1].count("license: mit") == 1
+
+
 @pytest.fixture(scope="module")
 def chat_folder(tmp_path_factory):
     return save_tiny_chat_model(tmp_path_factory.mktemp("tiny-chat"))

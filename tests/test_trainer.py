@@ -90,7 +90,7 @@ def test_resume_matches_uninterrupted_run(tmp_path):
                 assert r_full[k] == pytest.approx(r_res[k], abs=1e-6), (r_full["step"], k)
     on_disk = Run.load(tmp_path / "part")
     assert [r["step"] for r in on_disk.history] == [0, 1, 2, 3, 4]
-    reloaded = load_policy(tmp_path / "part" / "checkpoint", device="cpu")
+    reloaded = load_policy(tmp_path / "part" / "checkpoint" / "policy", device="cpu")
     for a, b in zip(reloaded.model.parameters(), resumed_policy.model.parameters()):
         assert torch.equal(a, b)
 
@@ -110,7 +110,7 @@ def test_nan_reward_stops_with_clear_error_and_keeps_checkpoint(tmp_path):
     run = Run.load(tmp_path)
     assert run.status == "failed" and "non-finite" in run.meta["error"]
     assert run.history[-1]["step"] == 2  # both good steps are kept
-    assert (tmp_path / "checkpoint" / "model.safetensors").exists()
+    assert (tmp_path / "checkpoint" / "policy" / "model.safetensors").exists()
 
 
 def test_diverging_learning_rate_is_caught(tmp_path):
@@ -191,3 +191,65 @@ def test_progress_bar_shows_steps_and_time(capsys):
     train(load_policy(device="cpu"), TASK, small("grpo", steps=2))
     out = capsys.readouterr().out
     assert "2/2" in out and "reward=" in out and "<" in out  # steps done, rate and time left (tqdm's "[00:01<00:00")
+
+
+# ----------------------------------------------------------------------------- checkpoints and fp16
+
+
+def test_checkpoint_is_a_hub_folder_plus_trainer_state_beside_it(tmp_path):
+    import json
+
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    cfg = small("grpo", steps=2, temperature=0.9, max_new_tokens=10, eval_n=8)
+    run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False)
+    folder = tmp_path / "checkpoint" / "policy"
+    assert not list(folder.glob("*.pt")), "no pickle inside the model folder"
+    state = torch.load(tmp_path / "checkpoint" / "trainer_state.pt", weights_only=True)  # no code runs on load
+    assert state["step"] == 2 and state["scaler"] is None
+    card = (folder / "README.md").read_text()
+    front = card.split("---")[1]
+    assert "license: mit" in front and "library_name: transformers" in front and "pipeline_tag: text-generation" in front
+    assert "base_model" not in front  # minirl/tiny-countdown is not a Hub id
+    assert "trained with GRPO" in card and "for 2 of 2 steps" in card
+    final = run.history[-1]
+    assert f"| 2 | {final['eval/accuracy_greedy']:.1%} | {final['eval/accuracy_sampled']:.1%} |" in card
+    assert json.loads(card.split("```json")[1].split("```")[0]) == cfg.to_dict()
+    generation = GenerationConfig.from_pretrained(folder)
+    assert (generation.do_sample, generation.temperature, generation.top_k, generation.max_new_tokens) == (True, 0.9, 0, 10)
+    AutoModelForCausalLM.from_pretrained(folder)  # plain transformers loads it
+
+
+class InfiniteScale(torch.amp.GradScaler):
+    """A loss scale of inf: every scaled gradient overflows, so the scaler must skip every update."""
+
+    def __init__(self):
+        super().__init__("cpu", init_scale=float("inf"))
+
+
+def fp16_like_accelerator():
+    """accelerate gives no GradScaler on a CPU; attach one as it does for fp16 on a GPU."""
+    from minirl.trainer import new_accelerator
+
+    acc = new_accelerator(small("grpo", mixed_precision="fp16"), torch.device("cpu"))  # no scaler on a CPU
+    acc.scaler, acc.native_amp = InfiniteScale(), True
+    return acc
+
+
+def test_fp16_overflow_is_a_skipped_update_not_a_diverged_run(tmp_path):
+    policy = load_policy(device="cpu")
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    acc = fp16_like_accelerator()
+    run = train(policy, TASK, small("grpo", steps=2), run_dir=tmp_path, progress=False, accelerator=acc)
+    assert run.status == "finished"
+    assert [r["updates_skipped"] for r in run.history[1:]] == [1, 1]
+    assert all(math.isnan(r["policy_loss"]) and math.isnan(r["grad_norm"]) for r in run.history[1:])
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters())), "skipped: weights unchanged"
+    assert run.history[-1]["lr"] == pytest.approx(run.history[1]["lr"])  # the schedule waits for a real update
+    state = torch.load(tmp_path / "checkpoint" / "trainer_state.pt", weights_only=True)
+    assert state["scaler"]["scale"] == float("inf") and state["scaler"]["_growth_tracker"] == 0
+
+
+def test_unscaled_runs_log_no_skipped_updates():
+    run = train(load_policy(device="cpu"), TASK, small("grpo", steps=1), progress=False)
+    assert run.history[-1]["updates_skipped"] == 0

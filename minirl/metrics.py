@@ -1,0 +1,105 @@
+"""A step's metrics as totals, added over processes before any mean is taken.
+
+Under data parallelism (`accelerate launch`, torchrun) every process samples and learns from its own share of
+the batch. A mean that rank 0 logs from its share alone is not the batch's mean (and its standard deviation
+or maximum even less so). So each phase of the step first counts *totals* on every process (sums, counts,
+sums of squares, maxima), `combine` gathers them from all processes (one `gather_object` per phase) and adds
+them, and only then are the means taken. The logged reward, entropy or clip fraction of 2 processes is then the
+one 1 process logs on the same rows (tests/test_distributed.py checks it).
+
+    totals = rollout_totals(...)                          # this process's share, plain floats
+    row = rollout_metrics(combine(accelerator, totals))   # means over every process's rows
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from accelerate.utils import gather_object
+
+from . import dapo
+
+
+def combine(accelerator, totals: dict[str, float]) -> dict[str, float]:
+    """Add every process's totals key by key; keys ending in `_max` take the maximum. One process: as is."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return dict(totals)
+    out: dict[str, float] = {}
+    for part in gather_object([totals]):  # a list with one dict per process, the same on every process
+        for key, value in part.items():
+            if key not in out:
+                out[key] = value
+            else:
+                out[key] = max(out[key], value) if key.endswith("_max") else out[key] + value
+    return out
+
+
+def moments(x: torch.Tensor, prefix: str) -> dict[str, float]:
+    """n, sum and sum of squares of a 1-D tensor, in float64 (they are added over processes)."""
+    x = x.double()
+    return {f"{prefix}_n": float(x.numel()), f"{prefix}_sum": x.sum().item(), f"{prefix}_sq": (x * x).sum().item()}
+
+
+def unbiased_std(t: dict[str, float], prefix: str) -> float:
+    """sqrt of sum((x - mean)^2) / (n - 1) from the moment totals; 0 for fewer than 2 values."""
+    n, s, sq = t[f"{prefix}_n"], t[f"{prefix}_sum"], t[f"{prefix}_sq"]
+    return math.sqrt(max(sq - s * s / n, 0.0) / (n - 1)) if n > 1 else 0.0
+
+
+# ----------------------------------------------------------------------------- sampling and rewards
+def rollout_totals(rewards: list[torch.Tensor], parts: list[torch.Tensor], names: list[str],
+                   lengths: list[torch.Tensor], truncated: list[torch.Tensor], first_group_ids: torch.Tensor,
+                   kept_groups: int, group_size: int) -> dict[str, float]:
+    """This process's counts over every generation round (lists: one tensor per round).
+
+    rewards (N_r,), parts (N_r, C) reward components named `names` (nan where a task leaves one out),
+    lengths/truncated (N_r,), first_group_ids: the first round's group ids (for the zero-std fraction)."""
+    every = torch.cat(rewards)
+    first_groups = len(first_group_ids.unique())
+    t = {**moments(every, "reward"), "generated": float(len(every)),
+         "groups_first": float(first_groups),
+         "groups_zero_std_first": dapo.frac_reward_zero_std(rewards[0], first_group_ids) * first_groups,
+         "groups_seen": float(len(every) // group_size), "groups_kept": float(kept_groups),
+         "gen_batches_max": float(len(rewards)),
+         "length_sum": float(torch.cat(lengths).sum()), "completion_len_max": float(torch.cat(lengths).max()),
+         "truncated": float(torch.cat(truncated).sum())}
+    every_part = torch.cat(parts)  # (N, C)
+    for j, name in enumerate(names):
+        column = every_part[:, j]
+        present = ~torch.isnan(column)
+        t[f"reward/{name}_sum"], t[f"reward/{name}_count"] = column[present].double().sum().item(), float(present.sum())
+    return t
+
+
+def rollout_metrics(t: dict[str, float]) -> dict[str, float]:
+    """Totals (added over processes) -> the row's sampling metrics. `generated` counts every process's samples."""
+    n = t["generated"]
+    row = {"reward_mean": t["reward_sum"] / n, "reward_std": unbiased_std(t, "reward"),
+           "frac_reward_zero_std": t["groups_zero_std_first"] / t["groups_first"] if t["groups_first"] else math.nan,
+           "kept_group_frac": t["groups_kept"] / t["groups_seen"], "gen_batches": int(t["gen_batches_max"]),
+           "generated": int(n), "completion_len_mean": t["length_sum"] / n,
+           "completion_len_max": int(t["completion_len_max"]), "truncation_rate": t["truncated"] / n,
+           "generated_tokens": int(t["length_sum"])}
+    for key in sorted(k for k in t if k.startswith("reward/") and k.endswith("_sum")):
+        name = key[: -len("_sum")]
+        count = t[f"{name}_count"]
+        row[name] = t[key] / count if count else math.nan
+    row["accuracy"] = row.get("reward/correct", math.nan)
+    return row
+
+
+# ----------------------------------------------------------------------------- the updates
+def value_totals(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Moments of the returns R and of the critic's errors R - V over the valid tokens (explained variance)."""
+    m = mask.bool()
+    return {**moments(returns[m], "returns"), **moments((returns - values)[m], "residuals")}
+
+
+def explained_variance(t: dict[str, float]) -> float:
+    """1 - Var[R - V] / Var[R] from the totals (the same quantity as `losses.explained_variance`); nan if
+    fewer than 2 tokens or Var[R] = 0."""
+    if t["returns_n"] < 2:
+        return math.nan
+    var_r = unbiased_std(t, "returns") ** 2
+    return 1.0 - unbiased_std(t, "residuals") ** 2 / var_r if var_r > 0 else math.nan
