@@ -97,3 +97,33 @@ def test_what_you_should_see_quotes_only_printed_numbers(path):
 def test_the_number_check_can_fail():
     assert quoted_numbers("accuracy 17.7 % -> 30.3 %, 300 steps, G = 8, $\\epsilon = 0.2$, `lr=1e-4` (Lian 2025)") == \
         ["17.7", "30.3", "300"]
+
+
+# every learner downloads the committed outputs: they must not show where the notebook was executed
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:/(?:home|Users|root|tmp|private|var/folders|work|opt|usr|mnt|content)/"
+                           r"|(?<![\w])[A-Za-z]:\\(?=\w)|site-packages|dist-packages)")
+
+
+@pytest.mark.parametrize("path", [*LESSONS, *sorted((ROOT / "solutions").glob("*.ipynb")),
+                                  *sorted((ROOT / "exercises").glob("*.ipynb"))], ids=lambda p: p.name)
+def test_committed_outputs_show_no_absolute_local_path(path):
+    found = []
+    for number, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        for o in cell.get("outputs", []):
+            texts = [o.get("text", ""), o.get("evalue", ""), o.get("traceback", [])]
+            texts += [v for k, v in o.get("data", {}).items() if k.startswith("text/")]
+            for text in texts:
+                text = "".join(text) if isinstance(text, list) else text
+                found += [f"cell {number}: ...{text[max(0, m.start() - 40):m.end() + 40]!r}"
+                          for m in ABSOLUTE_PATH.finditer(text)]
+                if str(ROOT) in text or str(Path.home()) in text:
+                    found.append(f"cell {number}: the repository or home folder of the machine that ran it")
+    assert found == [], f"{path.name} prints local paths; print them relative to the package or the repo"
+
+
+def test_absolute_path_pattern_catches_what_it_should():
+    for text in ("/home/ana/minirl/x.json", "saved to /tmp/minirl-rerun-abc/runs", "C:\\Users\\ana\\x",
+                 "/usr/lib/python3/site-packages/minirl", "/content/minirl"):
+        assert ABSOLUTE_PATH.search(text), text
+    for text in ("minirl/assets/sweeps/lr_sweep.json", "lr 3e-4 / 1e-3", "1/2", "benchmarks/study/runs"):
+        assert not ABSOLUTE_PATH.search(text), text
