@@ -253,3 +253,15 @@ def test_fp16_overflow_is_a_skipped_update_not_a_diverged_run(tmp_path):
 def test_unscaled_runs_log_no_skipped_updates():
     run = train(load_policy(device="cpu"), TASK, small("grpo", steps=1), progress=False)
     assert run.history[-1]["updates_skipped"] == 0
+
+
+def test_resume_restores_the_loss_scaler(tmp_path):
+    cfg = small("grpo", steps=3)
+    stop_after_2 = lambda run, row: row["step"] < 2  # noqa: E731
+    train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False, callbacks=[stop_after_2],
+          accelerator=fp16_like_accelerator())
+    acc = fp16_like_accelerator()
+    acc.scaler = torch.amp.GradScaler("cpu", init_scale=8.0)  # a scale at which nothing overflows
+    run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, resume=True, progress=False, accelerator=acc)
+    assert acc.scaler.get_scale() == float("inf")  # the checkpoint's scale came back
+    assert run.history[-1]["step"] == 3 and run.history[-1]["updates_skipped"] == 1
