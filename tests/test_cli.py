@@ -46,6 +46,22 @@ def test_train_one_step_and_cache(tmp_path):
     assert len(runs) == 1  # the second call found the finished run instead of training again
 
 
+def test_save_policy_writes_a_hub_folder_with_its_training_card(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    out = tmp_path / "export"
+    done = cli("train", "--algo", "grpo", "--steps", "1", "--batch-size", "2", "--group-size", "2", "--eval-n", "4",
+               "--max-new-tokens", "10", "--temperature", "0.8", "--device", "cpu", "--threads", "1", "--quiet",
+               "--no-cache", "--save-policy", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlicense: mit\n") and "trained with GRPO" in card and "for 1 of 1 steps" in card
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".pt", ".bin", ".pkl")) == []
+    generation = GenerationConfig.from_pretrained(out)
+    assert (generation.temperature, generation.max_new_tokens, generation.top_k) == (0.8, 10, 0)
+    AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)
+
+
 @pytest.mark.slow
 def test_compare_writes_table_json_and_png(tmp_path):
     from minirl.compare import compare
