@@ -1,7 +1,7 @@
 """The course tooling: exercises built from solutions/, the freshness check CI runs, and the autograder.
 
 The fixture exercise is a tiny notebook (no torch) built here with nbformat: two functions to write,
-two graded test cells with hidden tests, and a markdown answer.
+two graded test cells with hidden tests, and a markdown answer graded by hand (1 point).
 """
 
 import json
@@ -14,7 +14,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from minirl.course.build import CourseError, build, build_notebook, check
-from minirl.course.grade import grade, grade_notebook
+from minirl.course.grade import format_table, grade, grade_notebook
 from minirl.course.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +57,16 @@ assert total([]) == 0
 ### END HIDDEN TESTS'''
 
 
-def meta(grade_id, points=None):
+def meta(grade_id, points=None, written=False):
+    """nbgrader schema v3 cell metadata: a solution cell, a graded test cell, or a written answer graded by hand."""
+    if written:
+        return {"nbgrader": {"grade": True, "grade_id": grade_id, "locked": False, "points": points,
+                             "schema_version": 3, "solution": True}}
     if points is None:
-        return {"nbgrader": {"grade": False, "grade_id": grade_id, "locked": False, "solution": True}}
-    return {"nbgrader": {"grade": True, "grade_id": grade_id, "locked": True, "points": points, "solution": False}}
+        return {"nbgrader": {"grade": False, "grade_id": grade_id, "locked": False, "schema_version": 3,
+                             "solution": True}}
+    return {"nbgrader": {"grade": True, "grade_id": grade_id, "locked": True, "points": points,
+                         "schema_version": 3, "solution": False}}
 
 
 def solution_notebook(code=SOLUTION_CODE):
@@ -74,7 +80,7 @@ def solution_notebook(code=SOLUTION_CODE):
         solved,
         new_code_cell(TEST_SQUARE, metadata=meta("test_square", 2)),
         new_markdown_cell("Why is a square never negative?\n\n### BEGIN SOLUTION\nBecause (-x) * (-x) = x * x.\n"
-                          "### END SOLUTION", metadata=meta("why_positive")),
+                          "### END SOLUTION", metadata=meta("why_positive", 1, written=True)),
         new_code_cell(TEST_TOTAL, metadata=meta("test_total", 3)),
     ]
     return nb
@@ -141,6 +147,22 @@ def test_bad_nbgrader_metadata_is_refused(tmp_path, capsys):
     assert main(["build", "--solutions", str(tmp_path / "solutions"), "--out", str(tmp_path / "ex")]) == 2
     err = capsys.readouterr().err
     assert "cells[5] (grade_id 'test_square'): grade_id 'test_square' is already used by cells[3]" in err
+    nb = solution_notebook()
+    del nb.cells[3].metadata.nbgrader["schema_version"]  # what nbgrader refuses as 'an old version'
+    with pytest.raises(CourseError) as err:
+        build_notebook(nb, "old.ipynb")
+    assert str(err.value) == ("old.ipynb cells[3] (grade_id 'test_square'): nbgrader metadata has no schema_version, "
+                              "so nbgrader refuses the notebook as 'an old version of the nbgrader metadata format' "
+                              '(allowed: "schema_version": 3)')
+    nb = solution_notebook()
+    nb.cells[4].metadata.nbgrader["grade"] = False  # a markdown solution cell that nobody grades
+    with pytest.raises(CourseError, match=r"cells\[4\] \(grade_id 'why_positive'\): nbgrader grade=false, "
+                                          r"solution=true on a markdown cell is not allowed"):
+        build_notebook(nb, "x.ipynb")
+    nb = solution_notebook()
+    nb.cells[3].metadata.nbgrader["points"] = "2"
+    with pytest.raises(CourseError, match=r"cells\[3\] .*nbgrader points='2' is not allowed: use a number >= 0"):
+        build_notebook(nb, "x.ipynb")
     nb = solution_notebook()
     nb.cells[1].source += "\n### BEGIN HIDDEN TESTS\nassert True\n### END HIDDEN TESTS"
     with pytest.raises(CourseError, match=r"cells\[1\]: has a HIDDEN TESTS region but is not a graded test cell"):
@@ -219,19 +241,33 @@ def test_batch_grades_every_student_and_writes_csv_and_json(graded):
     assert list(rows) == ["alice", "bob", "carol", "dave", "eve", "frank", "grace", "henry", "ivan"]
     assert json.loads((root / "grades" / "grades.json").read_text()) == list(rows.values())
     csv_lines = (root / "grades" / "grades.csv").read_text().splitlines()
-    assert csv_lines[0] == "student,exercise,points,max_points,first_failure" and len(csv_lines) == 10
+    assert csv_lines[0] == "student,exercise,points,max_points,manual_points,first_failure" and len(csv_lines) == 10
+
+
+def test_the_table_counts_points_to_grade_by_hand_apart(graded):
+    table = format_table(list(graded[1].values())).splitlines()
+    alice = next(line for line in table if line.startswith("alice"))
+    assert alice.split()[:5] == ["alice", "fixture", "5", "5", "1"]
+    # only alice wrote an answer; the others left the exercise's text (or sent no readable notebook)
+    assert table[-1] == ("autograded points 14 of 40, plus 1 points to grade by hand: 1 cell needs manual grading "
+                         "(why_positive; see 'manual' in grades.json); 7 manual points scored 0 (not answered or "
+                         "deleted)")
 
 
 def test_the_solution_gets_full_marks(graded):
     alice = graded[1]["alice"]
     assert (alice["points"], alice["max_points"], alice["first_failure"]) == (5, 5, "")
     assert [t["grade_id"] for t in alice["tests"]] == ["test_square", "test_total"]
+    # the written answer is not autograded, and not dropped either
+    assert alice["manual_points"] == 1
+    assert alice["manual"] == [{"grade_id": "why_positive", "max_points": 1, "status": "needs manual grading"}]
 
 
 def test_the_unimplemented_exercise_gets_zero(graded):
     bob = graded[1]["bob"]
     assert (bob["points"], bob["max_points"]) == (0, 5)
     assert bob["first_failure"] == "test_square: NotImplementedError"
+    assert bob["manual_points"] == 1 and bob["manual"][0]["status"].startswith("not answered: 0 points")
 
 
 def test_a_wrong_implementation_gets_partial_marks_and_the_failing_hidden_test(graded):
@@ -261,6 +297,7 @@ def test_deleted_or_emptied_test_cells_are_restored_or_failed(graded):
 def test_broken_submissions_get_a_row_with_a_reason(graded):
     rows = graded[1]
     assert rows["eve"]["points"] == 0 and rows["eve"]["first_failure"].startswith("not a valid JSON notebook: ")
+    assert rows["eve"]["manual"][0]["status"].startswith("unreadable: 0 points")
     assert (rows["grace"]["points"], rows["grace"]["first_failure"]) == (0, "kernel died while running cells[2]")
     assert rows["henry"]["points"] == 0 and rows["henry"]["first_failure"].startswith("no solution notebook")
 
@@ -281,8 +318,10 @@ def test_grade_cli_prints_a_table_and_refuses_bad_usage(tmp_path, capsys):
             "--out", str(tmp_path / "grades")]
     assert main(args) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["student", "exercise", "points", "max", "first", "failure"]
-    assert table[1].split()[:4] == ["fixture", "fixture", "0", "5"] and "not a notebook" in table[1]
+    assert table[0].split() == ["student", "exercise", "points", "max", "by", "hand", "first", "failure"]
+    assert table[1].split()[:5] == ["fixture", "fixture", "0", "5", "1"] and "not a notebook" in table[1]
+    assert table[2] == ("autograded points 0 of 5, nothing to grade by hand; "
+                        "1 manual points scored 0 (not answered or deleted)")
     assert main(["grade", str(tmp_path / "nowhere")]) == 2
     assert "PATH" in capsys.readouterr().err
     assert main(args + ["--timeout", "0"]) == 2

@@ -28,6 +28,10 @@ def test_solution_full_marks_and_exercise_zero(solution, tmp_path):
     blank = grade_notebook(ROOT / "exercises" / solution.name, solution, timeout=300)
     assert blank["points"] == 0 and blank["max_points"] == full["max_points"]
     assert blank["first_failure"], "an unimplemented exercise must say why it scored nothing"
+    # cells graded by hand (exercise 07's written answer) are counted apart, never dropped
+    assert full["manual_points"] == blank["manual_points"] == (2 if solution.stem == "07_tuning" else 0)
+    assert all(m["status"] == "needs manual grading" for m in full["manual"])
+    assert all(m["status"].startswith("not answered") for m in blank["manual"])
 
 
 def test_wrong_implementation_gets_partial_marks(tmp_path):

@@ -1,24 +1,31 @@
 """Solution notebooks -> student exercise notebooks, and the CI check that exercises/ is fresh.
 
-`solutions/*.ipynb` are the single source of the course exercises. They use nbgrader's conventions, so
-an instructor who runs nbgrader can take them as they are:
+`solutions/*.ipynb` are the single source of the course exercises. They use nbgrader's conventions and its
+cell metadata format (schema version 3), so real nbgrader (0.6 to 0.9) takes them as its source notebooks,
+and its `generate_assignment` releases the same cells as this build (tests/test_nbgrader.py runs it):
 
 - in a code cell, the lines between `### BEGIN SOLUTION` and `### END SOLUTION` are what the student
   writes; the exercise gets `# YOUR CODE HERE` + `raise NotImplementedError()` instead, indented like
   the BEGIN line. In a markdown cell the same markers give "YOUR ANSWER HERE".
 - the lines between `### BEGIN HIDDEN TESTS` and `### END HIDDEN TESTS` are grading tests: the exercise
   does not show them, the grader (grade.py) puts them back.
-- graded test cells carry `metadata.nbgrader = {"grade": True, "grade_id": ..., "points": ...,
-  "solution": False, "locked": True}`; grade_ids are unique within a notebook.
+- every cell with nbgrader metadata carries `metadata.nbgrader` valid in nbgrader's schema v3
+  (`schema_problem` lists the rules): a solution cell `{"grade": false, "grade_id": ..., "locked": false,
+  "schema_version": 3, "solution": true}`; a graded test cell `{"grade": true, "grade_id": ..., "locked": true,
+  "points": ..., "schema_version": 3, "solution": false}`; a written answer graded by hand is a markdown cell
+  with grade and solution true and its points. grade_ids are unique within a notebook.
 
-Each marker must be alone on its line (any indentation). The output is deterministic: the same solution
-notebook always gives byte-identical exercise notebooks, so `--check` can compare bytes.
+`check_metadata` refuses anything else with one line naming the file, cell, field, value and what is
+allowed; `build` and `build --check` run it on every solution notebook. Each marker must be alone on its line
+(any indentation). The output is deterministic: the same solution notebook always gives byte-identical
+exercise notebooks, so `--check` can compare bytes.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 
@@ -34,7 +41,12 @@ MARKERS = {  # marker line -> (region kind, opens?)
 MARKER_WORDS = re.compile(r"(BEGIN|END) (SOLUTION|HIDDEN TESTS)\b")
 CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]
 ANSWER_STUB = ["YOUR ANSWER HERE"]
-GRADE_ID = re.compile(r"^[A-Za-z0-9_\-]+$")  # what nbgrader accepts
+GRADE_ID = re.compile(r"^[a-zA-Z0-9_\-]*$")  # nbgrader's v3 pattern (applied with re.search, as jsonschema does)
+SCHEMA_VERSION = 3  # nbgrader's cell metadata format since 0.6 (nbgrader.nbgraderformat.SCHEMA_VERSION)
+NBGRADER_FIELDS = ("schema_version", "grade", "locked", "solution", "task", "grade_id", "points", "checksum",
+                   "cell_type")  # every field schema v3 allows
+REQUIRED_FIELDS = ("schema_version", "grade", "locked", "solution")
+CELL_TYPES = ("code", "markdown", "raw")
 DROP_CELL_METADATA = ("execution", "ExecuteTime")  # run timings: they would make builds differ
 MIN_LEAK_CHARS = 12
 
@@ -53,6 +65,13 @@ def is_test_cell(cell) -> bool:
     """A graded, autograded test cell: nbgrader grade=True and solution=False, a code cell."""
     meta = nbgrader(cell)
     return cell.get("cell_type") == "code" and meta.get("grade") is True and not meta.get("solution")
+
+
+def is_manual_cell(cell) -> bool:
+    """A cell nbgrader grades by hand: grade=True on a solution cell (a written answer, or code that is read
+    rather than run), or a task cell (task=True) with points."""
+    meta = nbgrader(cell)
+    return (meta.get("grade") is True and not is_test_cell(cell)) or (meta.get("task") is True and "points" in meta)
 
 
 def split_regions(source: str, where: str) -> list[tuple[str | None, str, list[str]]]:
@@ -93,38 +112,89 @@ def where(name: str, index: int, cell) -> str:
     return f"{name} cells[{index}]" + (f" (grade_id {grade_id!r})" if grade_id else "")
 
 
+def schema_problem(cell, seen: dict[str, int], index: int) -> str | None:
+    """Why the cell's nbgrader metadata is not valid nbgrader schema v3 (None if it is, or if the cell has
+    none). These are the rules of nbgrader's own `nbgrader.nbgraderformat.MetadataValidator` (0.6 to 0.9:
+    the JSON schema v3.json plus the checks in v3.py), written out here so that neither the build nor the
+    grader needs nbgrader; tests/test_nbgrader.py holds them against nbgrader's validator. One case is
+    stricter than nbgrader: points must be finite. `seen` maps the grade_ids of earlier cells to their index and is updated."""
+    if "nbgrader" not in cell.get("metadata", {}):
+        return None
+    meta = cell["metadata"]["nbgrader"]
+    if not isinstance(meta, dict):
+        return f"metadata.nbgrader={meta!r} is not allowed: use a JSON object of nbgrader fields"
+    version = meta.get("schema_version")
+    if "schema_version" not in meta:
+        return ("nbgrader metadata has no schema_version, so nbgrader refuses the notebook as 'an old version of "
+                f"the nbgrader metadata format' (allowed: \"schema_version\": {SCHEMA_VERSION})")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        return (f"nbgrader schema_version={version!r} is not allowed: nbgrader 0.6 and later read only "
+                f"schema_version {SCHEMA_VERSION} (the integer)")
+    extra = sorted(set(meta) - set(NBGRADER_FIELDS))
+    if extra:
+        return (f"nbgrader field {extra[0]!r} (value {meta[extra[0]]!r}) is not allowed in schema v3 "
+                f"(allowed fields: {', '.join(NBGRADER_FIELDS)})")
+    for field in REQUIRED_FIELDS:
+        if field not in meta:
+            return (f"nbgrader metadata has no {field!r}: schema v3 requires {', '.join(REQUIRED_FIELDS)} "
+                    f"(allowed: \"{field}\": true or false)")
+    for field in ("grade", "locked", "solution", "task"):
+        if field in meta and not isinstance(meta[field], bool):
+            return f"nbgrader {field}={meta[field]!r} is not allowed: use true or false"
+    grade, solution, locked, task = meta["grade"], meta["solution"], meta["locked"], meta.get("task", False)
+    grade_id = meta.get("grade_id")
+    if "grade_id" in meta and (not isinstance(grade_id, str) or not GRADE_ID.search(grade_id)):
+        return f"nbgrader grade_id={grade_id!r} is not allowed: use a string of letters, digits, '_' and '-'"
+    if (grade or solution or locked) and not grade_id:
+        return (f"nbgrader grade_id={grade_id!r} is not allowed: a cell with grade, solution or locked true needs "
+                "a non-empty grade_id of letters, digits, '_' and '-'")
+    points = meta.get("points")
+    if "points" in meta and (isinstance(points, bool) or not isinstance(points, (int, float))
+                             or not math.isfinite(points) or points < 0):
+        return f"nbgrader points={points!r} is not allowed: use a number >= 0"
+    if grade and "points" not in meta:
+        return "nbgrader grade=true but no points: a graded cell needs \"points\": a number >= 0"
+    checksum = meta.get("checksum")
+    if "checksum" in meta and not (isinstance(checksum, str) and len(checksum) == 32):
+        return f"nbgrader checksum={checksum!r} is not allowed: use a string of 32 characters (nbgrader writes it)"
+    if "cell_type" in meta and meta["cell_type"] not in CELL_TYPES:
+        return f"nbgrader cell_type={meta['cell_type']!r} is not allowed (allowed: {', '.join(CELL_TYPES)})"
+    kind = cell.get("cell_type")
+    if task and kind != "markdown":
+        return f"nbgrader task=true on a {kind} cell is not allowed: task cells must be markdown"
+    if not task and kind == "markdown" and grade != solution:
+        return (f"nbgrader grade={str(grade).lower()}, solution={str(solution).lower()} on a markdown cell is not "
+                "allowed: a written answer has both true (or it is a task=true cell)")
+    if grade or solution or locked:
+        if grade_id in seen:
+            return (f"grade_id {grade_id!r} is already used by cells[{seen[grade_id]}] "
+                    "(grade_ids must be unique within a notebook)")
+        seen[grade_id] = index
+    return None
+
+
 def check_metadata(nb, name: str) -> None:
-    """nbgrader metadata the grader relies on: unique valid grade_ids, numeric points, and solution /
-    hidden-test regions where nbgrader and our grader will treat them the same way."""
+    """Raise CourseError unless every cell's nbgrader metadata is valid nbgrader schema v3 (see
+    `schema_problem`) and solution / hidden-test regions sit where nbgrader and our grader treat them
+    the same way."""
     seen: dict[str, int] = {}
     for index, cell in enumerate(nb.cells):
         meta, at = nbgrader(cell), where(name, index, cell)
+        problem = schema_problem(cell, seen, index)
+        if problem:
+            raise CourseError(f"{at}: {problem}")
         if cell.cell_type not in ("code", "markdown"):
             continue
-        if not (meta.get("grade") or meta.get("solution")):
-            kinds = {kind for kind, _, _ in split_regions(cell.source, at)}
-            if HIDDEN in kinds:
-                raise CourseError(f"{at}: has a HIDDEN TESTS region but is not a graded test cell, so the grader "
-                                  "would never run those tests (allowed: hidden tests only in cells with nbgrader "
-                                  "grade=True, solution=False)")
-            continue
-        grade_id = meta.get("grade_id")
-        if not isinstance(grade_id, str) or not GRADE_ID.match(grade_id):
-            raise CourseError(f"{at}: nbgrader grade_id={grade_id!r} is not allowed: use a non-empty string of "
-                              "letters, digits, '_' and '-'")
-        if grade_id in seen:
-            raise CourseError(f"{at}: grade_id {grade_id!r} is already used by cells[{seen[grade_id]}] "
-                              "(grade_ids must be unique within a notebook)")
-        seen[grade_id] = index
-        points = meta.get("points")
-        if meta.get("grade") and (isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0):
-            raise CourseError(f"{at}: nbgrader points={points!r} is not allowed: use a number >= 0")
         kinds = {kind for kind, _, _ in split_regions(cell.source, at)}
+        if HIDDEN in kinds and not is_test_cell(cell):
+            raise CourseError(f"{at}: has a HIDDEN TESTS region but is not a graded test cell, so the grader "
+                              "would never run those tests (allowed: hidden tests only in code cells with "
+                              "nbgrader grade=true, solution=false)")
         if meta.get("solution") and SOLUTION not in kinds and cell.cell_type == "code":
-            raise CourseError(f"{at}: nbgrader solution=True but no '### BEGIN SOLUTION' region (nbgrader would "
+            raise CourseError(f"{at}: nbgrader solution=true but no '### BEGIN SOLUTION' region (nbgrader would "
                               "blank the whole cell; mark what the student writes)")
         if is_test_cell(cell) and SOLUTION in kinds:
-            raise CourseError(f"{at}: a graded test cell (solution=False) cannot hold a SOLUTION region")
+            raise CourseError(f"{at}: a graded test cell (solution=false) cannot hold a SOLUTION region")
 
 
 def build_notebook(nb, name: str = "notebook") -> nbformat.NotebookNode:

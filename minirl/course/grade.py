@@ -10,6 +10,12 @@ For one student notebook:
    the kernel is killed and the notebook scores 0;
 4. a test cell scores its points if it ran without an error.
 
+Cells that nbgrader grades by hand (grade=true with solution=true, such as a written answer, or task=true)
+are not autograded: each row lists them (`manual`, with a status) and counts their points apart, in
+`manual_points`; `points` / `max_points` are the autograded points only. A manual cell whose text is still
+the exercise's stub is "not answered" (0 points, as nbgrader's autograde scores it); otherwise it "needs
+manual grading".
+
 Anything wrong with one notebook (bad JSON, no solution, dead kernel, time out) becomes a row with 0
 points and a reason, never an exception: one broken submission must not stop a class's batch.
 """
@@ -30,12 +36,12 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
-from .build import CourseError, check_metadata, is_test_cell, nbgrader
+from .build import CourseError, build_notebook, check_metadata, is_manual_cell, is_test_cell, nbgrader
 
 TIMEOUT = 120  # seconds per cell
 BUDGET_FACTOR = 3  # a notebook may run for BUDGET_FACTOR x timeout seconds in all
 MAX_MESSAGE = 200
-COLUMNS = ("student", "exercise", "points", "max_points", "first_failure")
+COLUMNS = ("student", "exercise", "points", "max_points", "manual_points", "first_failure")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 ARROW = re.compile(r"^\s*---->\s*\d*\s*")  # IPython's '----> 3 ' before the failing line
 QUIET = logging.getLogger("minirl.course.grade")  # nbclient logs every timeout as an error; we report it
@@ -76,6 +82,21 @@ def merge(student, solution) -> tuple[nbformat.NotebookNode, list[tuple[str, flo
             cell.outputs, cell.execution_count = [], None
     merged.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return merged, [(gid, nbgrader(c)["points"], where.get(gid)) for gid, c in tests.items()]
+
+
+def mark_unanswered(manual: list[dict], student, solution, name: str) -> None:
+    """Set the status of each manual cell the student deleted or left as the exercise's stub."""
+    if not manual:
+        return
+    stubs = {nbgrader(c).get("grade_id"): c.source for c in build_notebook(solution, name).cells if is_manual_cell(c)}
+    answers = {}
+    for cell in student.cells:
+        answers.setdefault(nbgrader(cell).get("grade_id"), cell.source)
+    for m in manual:
+        if m["grade_id"] not in answers:
+            m["status"] = "missing: 0 points (the cell was deleted from the notebook)"
+        elif answers[m["grade_id"]].strip() == stubs.get(m["grade_id"], "").strip():
+            m["status"] = "not answered: 0 points (still the exercise's text)"
 
 
 def execute(nb, workdir: Path, timeout: float, budget: float) -> tuple[dict[int, dict], str]:
@@ -124,19 +145,28 @@ def grade_notebook(path, solution_path, timeout: float = TIMEOUT, *, student: st
                    budget: float | None = None) -> dict:
     """Grade one student notebook. Returns a row: student, exercise, notebook, points, max_points,
     first_failure ("" when everything passed, else "grade_id: error" or why nothing ran) and tests
-    (one dict per graded cell: grade_id, points, max_points, error)."""
+    (one dict per autograded cell: grade_id, points, max_points, error), manual_points (the points of the
+    cells to grade by hand, not in max_points) and manual (one dict per such cell: grade_id, max_points,
+    status)."""
     path = Path(path)
     row = {"student": student or path.stem, "exercise": path.stem, "notebook": str(path), "points": 0,
-           "max_points": 0, "first_failure": "", "tests": []}
+           "max_points": 0, "manual_points": 0, "first_failure": "", "tests": [], "manual": []}
     try:
         if not Path(solution_path).is_file():
             raise CourseError(f"no solution notebook {str(solution_path)!r} for this exercise")
         solution = read_notebook(solution_path)
         check_metadata(solution, str(solution_path))
         row["max_points"] = sum(nbgrader(c)["points"] for c in solution.cells if is_test_cell(c))
-        merged, tests = merge(read_notebook(path), solution)
+        row["manual"] = [{"grade_id": nbgrader(c)["grade_id"], "max_points": nbgrader(c)["points"],
+                          "status": "needs manual grading"} for c in solution.cells if is_manual_cell(c)]
+        row["manual_points"] = sum(m["max_points"] for m in row["manual"])
+        student_nb = read_notebook(path)
+        mark_unanswered(row["manual"], student_nb, solution, str(solution_path))
+        merged, tests = merge(student_nb, solution)
     except CourseError as err:
         row["first_failure"] = str(err)
+        for m in row["manual"]:  # the student's notebook could not be read: no answer to grade
+            m["status"] = "unreadable: 0 points (the notebook could not be read)"
         return row
     with tempfile.TemporaryDirectory(prefix="minirl-grade-") as workdir:
         nbformat.write(merged, Path(workdir) / path.name)  # the kernel's working dir holds a copy
@@ -212,12 +242,33 @@ def write_rows(rows: list[dict], out: Path) -> None:
 
 
 def format_table(rows: list[dict], width: int = 70) -> str:
-    """The rows as a fixed-width text table (first failures shortened to `width` characters)."""
+    """The rows as a fixed-width text table (first failures shortened to `width` characters): points and
+    max are the autograded points, "by hand" the points of cells that need manual grading; then a summary."""
     names = [("student", 12), ("exercise", 16)]
     sizes = [max([size] + [len(str(r[key])) for r in rows]) for key, size in names]
-    lines = [f"{'student':<{sizes[0]}}  {'exercise':<{sizes[1]}}  {'points':>6}  {'max':>5}  first failure"]
+    lines = [f"{'student':<{sizes[0]}}  {'exercise':<{sizes[1]}}  {'points':>6}  {'max':>5}  {'by hand':>7}  "
+             "first failure"]
     for r in rows:
         failure = r["first_failure"] if len(r["first_failure"]) <= width else r["first_failure"][: width - 3] + "..."
+        manual = f"{r['manual_points']:g}" if r["manual_points"] else "-"
         lines.append(f"{r['student']:<{sizes[0]}}  {r['exercise']:<{sizes[1]}}  {r['points']:>6g}  "
-                     f"{r['max_points']:>5g}  {failure or '-'}")
-    return "\n".join(lines)
+                     f"{r['max_points']:>5g}  {manual:>7}  {failure or '-'}")
+    return "\n".join(lines + [summary(rows)])
+
+
+def summary(rows: list[dict]) -> str:
+    """'autograded points X of Y', plus what is left to grade by hand (points, cells and notebooks)."""
+    points, most = sum(r["points"] for r in rows), sum(r["max_points"] for r in rows)
+    line = f"autograded points {points:g} of {most:g}"
+    pending = [(r, m) for r in rows for m in r.get("manual", []) if m["status"] == "needs manual grading"]
+    skipped = sum(m["max_points"] for r in rows for m in r.get("manual", []) if m["status"] != "needs manual grading")
+    if pending:
+        ids = ", ".join(sorted({m["grade_id"] for _, m in pending}))
+        cells = "1 cell needs" if len(pending) == 1 else f"{len(pending)} cells need"
+        line += (f", plus {sum(m['max_points'] for _, m in pending):g} points to grade by hand: "
+                 f"{cells} manual grading ({ids}; see 'manual' in grades.json)")
+    else:
+        line += ", nothing to grade by hand"
+    if skipped:
+        line += f"; {skipped:g} manual points scored 0 (not answered or deleted)"
+    return line
