@@ -93,14 +93,21 @@ class Policy:
 # transformers 5 writes its generic fast tokenizer as "TokenizersBackend", a class transformers 4 does not have
 # ("Tokenizer class TokenizersBackend does not exist"); the name PreTrainedTokenizerFast loads in both
 PORTABLE_TOKENIZER_CLASS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+# transformers 4's PreTrainedTokenizerFast also returns token_type_ids unless the config names the inputs, and a
+# causal LM's generate(**tokenizer(text)) rejects them; transformers 5's generic tokenizer returns only these
+CAUSAL_LM_INPUTS = ("input_ids", "attention_mask")
 
 
 def portable_tokenizer_config(path: Path) -> None:
     """Rewrite tokenizer_config.json's tokenizer_class to a name every supported transformers release knows."""
     file = path / "tokenizer_config.json"
     config = json.loads(file.read_text())
+    before = dict(config)
     if config.get("tokenizer_class") in PORTABLE_TOKENIZER_CLASS:
         config["tokenizer_class"] = PORTABLE_TOKENIZER_CLASS[config["tokenizer_class"]]
+    if config.get("tokenizer_class") == "PreTrainedTokenizerFast":
+        config.setdefault("model_input_names", list(CAUSAL_LM_INPUTS))
+    if config != before:
         file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from .policy import portable_tokenizer_config
@@ -25,6 +25,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen2's own pre-tokenizer (its tokenizer.json's): transformers 5 rebuilds every model_type "qwen2" tokenizer
+# with it, whatever tokenizer.json says, while transformers 4 reads tokenizer.json; the same one in both
+# makes both tokenize alike
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
 CORPUS = [
     "Using the numbers [3, 5, 7], create an equation that equals 26.",
     "You can use basic arithmetic operations (+, -, *, /) and each number must be used exactly once.",
@@ -36,7 +41,10 @@ CORPUS = [
 def build_bpe_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer with ChatML specials and a chat template (like Qwen2.5-Instruct's)."""
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
