@@ -76,7 +76,7 @@ def floors():
 @pytest.fixture(scope="module")
 def floor_python(floors, pytestconfig, tmp_path_factory):
     """The floor environment's python, from the cache when the floors did not change."""
-    cache = pytestconfig.cache
+    cache = getattr(pytestconfig, "cache", None)  # None under -p no:cacheprovider
     folder = cache.mkdir("minirl-floor-env") if cache is not None else tmp_path_factory.mktemp("floor-env")
     key = {"floors": floors, "python": sys.version, "base": sysconfig.get_paths()["purelib"],
            "torch": metadata.version("torch")}
