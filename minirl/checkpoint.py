@@ -57,6 +57,9 @@ def load_checkpoint(path: Path, actor_critic, optimizer, scheduler, scaler=None)
     """Restore weights and optimiser (and loss-scaler) state in place; return the step it was taken after."""
     from safetensors.torch import load_file
 
+    if not (path / POLICY / "config.json").exists():
+        raise ValueError(f"checkpoint {path} has no {POLICY}/ model folder: it was written by an older minirl, which "
+                         f"kept the model files beside {TRAINER_STATE}; move them into {path / POLICY} to resume")
     weights = {}
     for file in sorted((path / POLICY).glob("*.safetensors")):
         weights.update(load_file(file))

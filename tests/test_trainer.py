@@ -265,3 +265,16 @@ def test_resume_restores_the_loss_scaler(tmp_path):
     run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, resume=True, progress=False, accelerator=acc)
     assert acc.scaler.get_scale() == float("inf")  # the checkpoint's scale came back
     assert run.history[-1]["step"] == 3 and run.history[-1]["updates_skipped"] == 1
+
+
+def test_a_checkpoint_in_the_old_layout_gets_a_clear_error(tmp_path):
+    import shutil
+
+    cfg = small("grpo", steps=2)
+    train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False, callbacks=[lambda r, row: False])
+    folder = tmp_path / "checkpoint"
+    for file in (folder / "policy").iterdir():  # the layout before the model folder moved into policy/
+        shutil.move(str(file), folder / file.name)
+    (folder / "policy").rmdir()
+    with pytest.raises(ValueError, match="older minirl.*move them into"):
+        train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, resume=True, progress=False)
