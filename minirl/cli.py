@@ -236,3 +236,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # our validation errors: one clear line, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:  # under `accelerate launch`: close the process group ourselves, not in interpreter shutdown (SIGABRT)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

@@ -44,3 +44,6 @@ if acc.is_main_process:
     torch.save({"processes": acc.num_processes, "stats": stats, "sampled": sampled,
                 "params": [p.detach().clone() for p in acc.unwrap_model(model).parameters()]}, out)
 acc.wait_for_everyone()
+# tear the gloo group down before exit: left to the interpreter's shutdown, its threads can be destroyed
+# while still joinable ("terminate called without an active exception", SIGABRT in one rank)
+acc.end_training()
