@@ -18,7 +18,7 @@ import json
 
 from .config import RLConfig
 
-OUR_BASES = ("minirl/tiny-countdown", "tiny-llama-untrained")  # policies this project made: MIT like the code
+OUR_BASES = ("minirl/tiny-countdown", "minirl/tiny-steps", "tiny-llama-untrained")  # policies this project made: MIT like the code
 
 
 def decoding_defaults(eos_token_ids: list[int], pad_token_id: int | None, *, temperature: float = 1.0,
@@ -89,6 +89,40 @@ seed {seed}, final loss {final_loss:.3f}, {seconds:.0f} s on the machine that ma
 | sampled, T=1 (k={sampled['k']} per problem) | {sampled['accuracy']:.1%} | {sampled['format_rate']:.1%} | {sampled['mean_length']:.1f} |
 
 Reproduce the numbers with `python -m minirl evaluate`.
+
+{USAGE}"""
+
+
+def steps_card(*, command: str, steps: int, batch_size: int, lr: float, seed: int, num_parameters: int,
+               architecture: str, vocab_size: int, recipe: str, seconds: float, final_loss: float,
+               evaluations: list[dict]) -> str:
+    """The README.md of the shipped worked-steps policy (`python -m minirl sft --task steps`). `evaluations`: one
+    dict per held-out test (label, greedy and sampled `evaluate` results)."""
+    rows = "\n".join(
+        f"| {e['label']} | {e['greedy']['accuracy']:.1%} | {e['sampled']['accuracy']:.1%} "
+        f"(k={e['sampled']['k']}) | {e['sampled']['format_rate']:.1%} | {e['sampled']['mean_length']:.1f} | "
+        f"{e['sampled']['rate/attempts']:.2f} | {e['sampled']['truncation_rate']:.1%} |" for e in evaluations)
+    n = evaluations[0]["sampled"]["n_problems"]
+    return front_matter(None, ("sft", "worked-steps")) + f"""# minirl tiny worked-steps Countdown policy
+
+A {num_parameters:,}-parameter Llama ({architecture}) with a {vocab_size}-symbol character tokenizer, warm-started
+by supervised fine-tuning on worked traces such as `3,5,7:026=` -> `3*7=21,21+5=26` (one arithmetic step at a
+time; '|' restarts from the given numbers). It is deliberately under-trained so that reinforcement learning has
+room to improve it, and it already retries sometimes, so RL can make it retry more or less.
+
+## How it was made
+```
+{command}
+```
+Data: {recipe}. SFT: {steps} steps, batch {batch_size}, AdamW lr {lr} (linear warm-up, cosine to 10 %), seed {seed},
+final loss {final_loss:.3f}, {seconds:.0f} s on the machine that made it (CPU timings are noisy).
+
+## Held-out accuracy (worked-steps Countdown, test split, {n} problems each, at most 64 new tokens)
+| test | greedy | sampled, T=1 | well-formed (sampled) | mean length (tokens) | attempts | truncated |
+|---|---|---|---|---|---|---|
+{rows}
+
+Reproduce the numbers with `python -m minirl evaluate --task steps` (add `--num-count 4` for 4 numbers).
 
 {USAGE}"""
 

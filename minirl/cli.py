@@ -14,28 +14,47 @@ import torch
 from .config import PRESETS
 
 
+TASKS = {"compact": "Countdown, answered with one expression (3*7+5)",
+         "steps": "Countdown with worked steps and restarts (3*7=21,21+5=26), tasks/steps.py"}
+TASK_POLICIES = {"steps": "tiny-steps"}  # the shipped policy a task's runs start from when --policy is not given
+
+
 def add_task_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--num-count", type=int, default=3, help="numbers per Countdown problem (3 or 4)")
+    p.add_argument("--task", default="compact", choices=list(TASKS),
+                   help="; ".join(f"{k}: {v}" for k, v in TASKS.items()) + " (default: compact)")
+    p.add_argument("--num-count", type=int, default=3, help="numbers per Countdown problem (3 or 4; steps: 2 to 5)")
     p.add_argument("--prompt-style", default=None, choices=["compact", "chat"],
-                   help="compact (tiny character model) or chat (instruct models); default: from the policy")
+                   help="compact task: compact (tiny character model) or chat (instruct models); default: from the policy")
     p.add_argument("--operators", default="+-*", help="allowed operators, a subset of '+-*/'")
+    p.add_argument("--reward", default="binary", choices=["binary", "tinyzero", "dapo", "per_step"],
+                   help="reward scheme: binary 0/1, tinyzero 0/0.1/1, dapo -1/+1; steps task only: per_step, "
+                        "partial credit per right step (deliberately hackable)")
+
+
+def policy_for(args) -> str | None:
+    """--policy, or the shipped policy of --task (None: the default tiny Countdown policy)."""
+    return args.policy or TASK_POLICIES.get(getattr(args, "task", "compact"))
 
 
 def make_task(args, policy=None):
-    from .tasks import Countdown
+    from .tasks import Countdown, CountdownSteps
 
+    if args.task == "steps":
+        if args.prompt_style == "chat":
+            raise ValueError("--prompt-style chat is not allowed with --task steps: the steps task has one, compact, prompt")
+        return CountdownSteps(num_count=args.num_count, operators=args.operators, reward_scheme=args.reward)
     style = args.prompt_style or ("chat" if policy is not None and policy.use_chat_template else "compact")
-    return Countdown(num_count=args.num_count, operators=args.operators, prompt_style=style)
+    return Countdown(num_count=args.num_count, operators=args.operators, prompt_style=style, reward_scheme=args.reward)
 
 
 def cmd_evaluate(args) -> int:
     from . import evaluate, load_policy
 
     torch.set_num_threads(args.threads) if args.threads else None
-    policy = load_policy(args.policy, device=args.device, dtype=args.dtype)
+    policy = load_policy(policy_for(args), device=args.device, dtype=args.dtype)
     task = make_task(args, policy)
     print(f"policy: {policy.name} ({policy.num_parameters:,} parameters, {policy.device}); "
-          f"task: {task.num_count}-number Countdown, held-out split")
+          f"task: {task.num_count}-number {task.name}, held-out split")
     rows = []
     for greedy in (True, False):
         t0 = time.perf_counter()
@@ -64,6 +83,10 @@ def cmd_sft(args) -> int:
     from .tasks import Countdown
 
     torch.set_num_threads(args.threads) if args.threads else None
+    if args.task == "steps":
+        return sft_steps(args)
+    for name, default in (("steps", 300), ("batch_size", 128), ("lr", 1e-3)):
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     task = Countdown(num_count=3)
     policy = new_tiny_policy(seed=args.seed)
     t0 = time.perf_counter()
@@ -81,6 +104,51 @@ def cmd_sft(args) -> int:
     (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
     print(f"saved to {out}: greedy {greedy['accuracy']:.1%}, sampled {sampled['accuracy']:.1%} "
           f"({seconds:.0f} s of SFT)")
+    return 0
+
+
+def sft_steps(args) -> int:
+    """`sft --task steps`: the worked-steps policy (sft.STEPS_RECIPE; flags override it), evaluated on 3 and 4
+    numbers for its card."""
+    from . import evaluate
+    from .card import steps_card
+    from .policy import STEPS_NAME, STEPS_POLICY, new_tiny_policy
+    from .sft import STEPS_RECIPE, sft, steps_mixture
+    from .tasks import CountdownSteps
+    from .tokenizer import STEPS_CHARACTERS
+
+    recipe = {k: (v if getattr(args, k, None) is None else getattr(args, k)) for k, v in STEPS_RECIPE.items()}
+    hidden = recipe["hidden_size"]
+    policy = new_tiny_policy(seed=args.seed, characters=STEPS_CHARACTERS, hidden_size=hidden,
+                             intermediate_size=4 * hidden, max_positions=128)
+    t0 = time.perf_counter()
+    history = sft(policy, steps_mixture(recipe["four_share"], recipe["retry_rate"]), steps=recipe["steps"],
+                  batch_size=recipe["batch_size"], lr=recipe["lr"], cosine=recipe["cosine"], seed=args.seed)
+    seconds = time.perf_counter() - t0
+    evaluations = []
+    for num_count in (3, 4):
+        task = CountdownSteps(num_count=num_count)
+        evaluations.append({"label": f"{num_count} numbers",
+                            "greedy": evaluate(policy, task, n=args.eval_n, greedy=True, seed=0),
+                            "sampled": evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, seed=0)})
+    config = policy.model.config
+    meta = {"command": "python -m minirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
+            "steps": recipe["steps"], "batch_size": recipe["batch_size"], "lr": recipe["lr"], "seed": args.seed,
+            "num_parameters": policy.num_parameters, "vocab_size": config.vocab_size,
+            "architecture": f"hidden {hidden}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
+                            f"intermediate {config.intermediate_size}, {config.max_position_embeddings} positions, "
+                            "tied embeddings",
+            "recipe": f"{1 - recipe['four_share']:.0%} 3-number and {recipe['four_share']:.0%} 4-number problems "
+                      f"(numbers 1-12, targets 1-999, + - *), {recipe['retry_rate']:.0%} of traces with a missed "
+                      "attempt and a restart",
+            "seconds": round(seconds, 1), "final_loss": history[-1]["loss"], "evaluations": evaluations}
+    out = Path(args.out or STEPS_POLICY)
+    policy.name = STEPS_NAME
+    policy.save(out, steps_card(**meta), max_new_tokens=CountdownSteps().max_new_tokens)
+    (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
+    print(f"saved to {out}: " + "; ".join(f"{e['label']}: greedy {e['greedy']['accuracy']:.1%}, sampled "
+                                          f"{e['sampled']['accuracy']:.1%}" for e in evaluations)
+          + f" ({seconds:.0f} s of SFT)")
     return 0
 
 
@@ -113,7 +181,10 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, type=kind, default=None, help=f"{helps.get(f.name, '')} (default: preset)")
 
 
-def config_from_args(args):
+def config_from_args(args, task=None):
+    """The preset with every flag that was given; an unset --max-new-tokens is the task's budget
+    (`task.max_new_tokens`: 16 for compact Countdown, 64 for the steps task) and an unset --overlong-cache
+    a quarter of it (DAPO's soft punishment zone; 4 of 16 in the preset)."""
     import dataclasses
 
     from .config import RLConfig
@@ -122,6 +193,10 @@ def config_from_args(args):
         return RLConfig.from_dict(json.loads(args.config_json))
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)
                  if f.name != "algo" and getattr(args, f.name, None) is not None}
+    if task is not None and "max_new_tokens" not in overrides:
+        from .evaluate import task_budget
+
+        overrides = {**task_budget(task), **overrides}
     return RLConfig.preset(args.algo, **overrides)
 
 
@@ -133,9 +208,9 @@ def cmd_train(args) -> int:
     from .trainer import train
 
     torch.set_num_threads(args.threads) if args.threads else None
-    config = config_from_args(args)
-    policy = load_policy(args.policy, device=args.device, dtype=args.dtype)
+    policy = load_policy(policy_for(args), device=args.device, dtype=args.dtype)
     task = make_task(args, policy)
+    config = config_from_args(args, task)
     cache = None if args.no_cache or args.run_dir else RunCache(args.cache)
     run = train(policy, task, config, run_dir=args.run_dir, resume=args.resume, cache=cache,
                 progress=not args.quiet)
@@ -157,7 +232,7 @@ def cmd_compare(args) -> int:
 
     overrides = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("seed", args.seed)) if v is not None}
     compare(args.out, algos=tuple(a.strip() for a in args.algos.split(",")), cache_dir=args.cache,
-            threads=args.threads, quiet=args.quiet, **overrides)
+            threads=args.threads, quiet=args.quiet, task=args.task, **overrides)
     return 0
 
 
@@ -178,10 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_task_args(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("sft", help="make the tiny base policy: supervised warm start from scratch")
-    p.add_argument("--steps", type=int, default=300, help="SFT steps")
-    p.add_argument("--batch-size", type=int, default=128, help="problems per step")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    p = sub.add_parser("sft", help="make a tiny base policy: supervised warm start from scratch")
+    p.add_argument("--task", default="compact", choices=list(TASKS),
+                   help="compact: tiny-countdown; steps: tiny-steps (recipe: minirl.sft.STEPS_RECIPE)")
+    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: 300; steps task: its recipe)")
+    p.add_argument("--batch-size", type=int, default=None, help="problems per step (default: 128; steps: recipe)")
+    p.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: 1e-3; steps: recipe)")
+    p.add_argument("--hidden-size", type=int, default=None, help="steps task: model width (default: recipe)")
+    p.add_argument("--four-share", type=float, default=None, help="steps task: share of 4-number problems")
+    p.add_argument("--retry-rate", type=float, default=None, help="steps task: share of traces with a restart")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and order")
     p.add_argument("--eval-n", type=int, default=300, help="held-out problems for the model card")
     p.add_argument("--eval-k", type=int, default=4, help="samples per problem for sampled accuracy")
@@ -211,12 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="PPO vs GRPO vs DAPO from the shipped policy, same budget: table + PNG")
     p.add_argument("--out", default="results", help="folder for compare.md, compare.json and compare.png")
     p.add_argument("--algos", default="ppo,grpo,dapo", help="comma-separated presets to compare")
-    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600)")
+    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600; --task steps: 150)")
     p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: 1e-4)")
     p.add_argument("--seed", type=int, default=None, help="seed for all (default: 0)")
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--task", default="compact", choices=list(TASKS), help="the task and its shipped policy "
+                   "(compact: tiny-countdown, 600 steps; steps: tiny-steps, compare.STEPS_BUDGET)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("study", add_help=False, help="re-test the paper's claims H1..H9 with seeds "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .actor_critic import training_state_bytes
 from .config import PAPER_ALGOS, RLConfig
-from .policy import SHIPPED_NAME
+from .policy import SHIPPED_NAME, STEPS_NAME
 from .runs import Run, RunCache, default_cache_dir, run_key
 
 # The same budget for every algorithm: 600 rollout steps of 64 completions (8 prompts x G 8, or 64 x 1
@@ -24,23 +24,41 @@ from .runs import Run, RunCache, default_cache_dir, run_key
 # DAPO makes 4 updates per rollout, so it needs a smaller step than the single-update GRPO.
 BUDGET = dict(steps=600, eval_every=100, eval_n=300, max_new_tokens=16)
 LEARNING_RATES = {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5}  # other presets: 1e-4
+# The worked-steps task (tasks/steps.py, `--task steps`): 64-token completions cost ~4x the compact task's per step,
+# so fewer steps; a quarter of the budget is DAPO's soft overlong zone. Learning rates: a few runs by hand.
+STEPS_BUDGET = dict(steps=150, eval_every=25, eval_n=300, max_new_tokens=64, overlong_cache=16)
+STEPS_LEARNING_RATES = {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5}
+TASKS = {"compact": (BUDGET, LEARNING_RATES), "steps": (STEPS_BUDGET, STEPS_LEARNING_RATES)}
 
 
-def compare_configs(algos=PAPER_ALGOS, **overrides) -> dict[str, RLConfig]:
-    return {a: RLConfig.preset(a, **{**BUDGET, "lr": LEARNING_RATES.get(a, 1e-4), **overrides}) for a in algos}
+def task_setup(task: str):
+    """(policy name, task object, title) of a compare task: the shipped policy each task's runs start from."""
+    from .tasks import Countdown, CountdownSteps
+
+    if task == "steps":
+        return STEPS_NAME, CountdownSteps(), "3-number Countdown with worked steps (tiny-steps policy, CPU)"
+    return SHIPPED_NAME, Countdown(), "3-number Countdown (tiny policy, CPU)"
 
 
-def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool) -> Run:
+def compare_configs(algos=PAPER_ALGOS, task: str = "compact", **overrides) -> dict[str, RLConfig]:
+    if task not in TASKS:
+        raise ValueError(f"compare: task={task!r} is not allowed: use one of {', '.join(map(repr, TASKS))}")
+    budget, rates = TASKS[task]
+    return {a: RLConfig.preset(a, **{**budget, "lr": rates.get(a, 1e-4), **overrides}) for a in algos}
+
+
+def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str = "compact") -> Run:
     """Train one config in a child process (unless cached) and return its Run from the cache."""
-    from .tasks import Countdown, task_identity
+    from .tasks import task_identity
 
-    key = run_key(SHIPPED_NAME, task_identity(Countdown()), config)
+    policy_name, task_object, _ = task_setup(task)
+    key = run_key(policy_name, task_identity(task_object), config)
     run = cache.get(key)
     if run is not None:
         print(f"{config.algo}: answered from the run cache ({cache.path_for(key)})")
         return run
     cmd = [sys.executable, "-m", "minirl", "train", "--config-json", config.to_json(), "--cache", str(cache.root),
-           "--device", "cpu", "--threads", str(threads)] + (["--quiet"] if quiet else [])
+           "--device", "cpu", "--threads", str(threads), "--task", task] + (["--quiet"] if quiet else [])
     subprocess.run(cmd, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     run = cache.get(key)
     if run is None:
@@ -107,16 +125,18 @@ def memory_table(rows: list[dict], title: str) -> str:
 
 
 def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Path | None = None, threads: int = 2,
-            quiet: bool = False, **overrides) -> list[Run]:
+            quiet: bool = False, task: str = "compact", **overrides) -> list[Run]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cache = RunCache(cache_dir or default_cache_dir())
     t0 = time.perf_counter()
-    runs = [run_one(cfg, cache, threads, quiet) for cfg in compare_configs(algos, **overrides).values()]
+    configs = compare_configs(algos, task, **overrides)
+    runs = [run_one(cfg, cache, threads, quiet, task) for cfg in configs.values()]
     rows = [summary_row(r) for r in runs]
     from .policy import load_policy
 
-    tiny = load_policy(device="cpu").model
+    policy_name, _, title = task_setup(task)
+    tiny = load_policy(policy_name, device="cpu").model
     n_tiny = sum(p.numel() for p in tiny.parameters())
     table = markdown_table(rows) + "\n\nTraining state (fp32), from parameter counts:\n\n" + memory_table(
         memory_rows(n_tiny, tiny.config.hidden_size), f"tiny policy ({n_tiny:,} params)") + "\n\n" + memory_table(
@@ -129,9 +149,9 @@ def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Pat
     matplotlib.use("Agg")
     from .plots import plot_runs
 
+    extra = ("reward/attempts",) if task == "steps" else ("clip_frac_high",)  # retries only exist on the steps task
     fig = plot_runs(runs, metrics=("eval/accuracy_sampled", "eval/accuracy_greedy", "reward_mean", "entropy",
-                                   "completion_len_mean", "clip_frac_high"), 
-                    title="PPO vs GRPO vs DAPO on 3-number Countdown (tiny policy, CPU)")
+                                   "completion_len_mean", *extra), title=f"PPO vs GRPO vs DAPO on {title}")
     fig.set_size_inches(14, 7)
     fig.savefig(out / "compare.png", dpi=110)
     print(table)

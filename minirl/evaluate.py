@@ -16,6 +16,14 @@ def default_max_new_tokens(task) -> int:
     return int(getattr(task, "max_new_tokens", 64))
 
 
+def task_budget(task) -> dict[str, int]:
+    """RLConfig fields a run on `task` should default to: the task's token budget as L_max, and a quarter of it
+    as DAPO's soft overlong zone L_cache (16 and 4 on compact Countdown, the presets' values; 64 and 16 on the
+    worked-steps task)."""
+    n = default_max_new_tokens(task)
+    return {"max_new_tokens": n, "overlong_cache": max(1, n // 4)}
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021, eq. 1)."""
     if n - c < k:

@@ -23,6 +23,10 @@ from .runs import Run
 
 # What the live widget shows while a run trains: is it learning, is it still exploring, is it drifting away?
 LIVE_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "kl_ref", "clip_frac_high", "completion_len_mean")
+# ... and on the worked-steps task (tasks/steps.py), where how long the policy reasons and how often it retries
+# can change: completion length and attempts per completion take the places of KL and clipping
+STEPS_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_mean", "reward/attempts",
+                 "reward/arithmetic_ok")
 
 NICE_NAMES = {
     "reward_mean": "mean reward",
@@ -30,6 +34,10 @@ NICE_NAMES = {
     "reward/format_ok": "well-formed answers",
     "reward/numbers_ok": "answers using the given numbers",
     "reward/correct": "correct answers (train)",
+    "reward/arithmetic_ok": "every written step right",
+    "reward/attempts": "attempts per completion",
+    "reward/steps": "steps per completion",
+    "reward/valid_steps": "right steps per completion",
     "accuracy": "train accuracy",
     "frac_reward_zero_std": "groups with all-equal rewards",
     "kept_group_frac": "groups kept (dynamic sampling)",
@@ -59,6 +67,7 @@ X_AXES = {"step": "rollout step", "samples": "completions sampled", "wall_time":
 TABLE_COLUMNS = ("reward_mean", "eval/accuracy_greedy", "eval/accuracy_sampled", "completion_len_mean",
                  "wall_time", "status")
 _FRACTION_WORDS = ("accuracy", "rate", "frac", "reward/")  # metrics that are shares of 0..1, shown as percent
+COUNTS = ("reward/attempts", "reward/steps", "reward/valid_steps")  # ...except these score components: counts
 
 
 def nice_name(metric: str) -> str:
@@ -66,7 +75,7 @@ def nice_name(metric: str) -> str:
 
 
 def is_fraction(metric: str) -> bool:
-    return any(word in metric for word in _FRACTION_WORDS)
+    return metric not in COUNTS and any(word in metric for word in _FRACTION_WORDS)
 
 
 # ----------------------------------------------------------------------------- data preparation

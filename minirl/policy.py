@@ -22,10 +22,15 @@ from transformers.utils import logging as hf_logging
 
 from .card import decoding_defaults, generic_card
 from .config import RLConfig
-from .tokenizer import build_char_tokenizer
+from .tokenizer import CHARACTERS, build_char_tokenizer
 
 SHIPPED_POLICY = Path(__file__).parent / "assets" / "tiny-countdown"
 SHIPPED_NAME = "minirl/tiny-countdown"  # `Policy.name` of `load_policy()`: part of every run's cache key
+STEPS_POLICY = Path(__file__).parent / "assets" / "tiny-steps"  # the worked-steps policy (tasks/steps.py)
+STEPS_NAME = "minirl/tiny-steps"
+# the policies shipped in the package, by the short name `load_policy` takes (and by their Policy.name)
+SHIPPED = {"tiny-countdown": (SHIPPED_POLICY, SHIPPED_NAME), "tiny-steps": (STEPS_POLICY, STEPS_NAME)}
+SHIPPED.update({name: (path, name) for path, name in list(SHIPPED.values())})
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -188,9 +193,9 @@ def build_tiny_llama(vocab_size: int, hidden_size: int = 128, intermediate_size:
     return LlamaForCausalLM(config)
 
 
-def new_tiny_policy(seed: int = 0, **arch) -> Policy:
-    """A freshly initialised (untrained) tiny Llama with the character tokenizer."""
-    tokenizer = build_char_tokenizer()
+def new_tiny_policy(seed: int = 0, characters: str = CHARACTERS, **arch) -> Policy:
+    """A freshly initialised (untrained) tiny Llama with the character tokenizer over `characters`."""
+    tokenizer = build_char_tokenizer(characters)
     model = build_tiny_llama(len(tokenizer), seed=seed, **arch)
     return Policy(model=model, tokenizer=tokenizer, name=f"tiny-llama-untrained-seed{seed}")
 
@@ -198,13 +203,15 @@ def new_tiny_policy(seed: int = 0, **arch) -> Policy:
 def load_policy(name_or_path: str | Path | None = None, *, device: str | torch.device | None = None,
                 dtype: str | torch.dtype | None = None, use_chat_template: bool | None = None,
                 trust_remote_code: bool = False) -> Policy:
-    """Load a policy: the shipped tiny Countdown model (no argument), a local folder, or a hub model id.
+    """Load a policy: the shipped tiny Countdown model (no argument), a shipped one by name ("tiny-steps", the
+    worked-steps policy; "tiny-countdown"), a local folder, or a hub model id.
 
     device: "auto" (default: cuda, then mps, then cpu) or any torch device string.
     dtype: "auto" (bf16 on a GPU that supports it, else fp32), "float32", "bfloat16" or "float16".
     use_chat_template: wrap prompts in the tokenizer's chat template; default: if it has one.
     """
-    path = SHIPPED_POLICY if name_or_path is None else name_or_path
+    shipped = SHIPPED.get("tiny-countdown" if name_or_path is None else str(name_or_path))
+    path = shipped[0] if shipped else name_or_path
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
     looks_local = isinstance(path, Path) or str(path).startswith((".", "/", "~")) or Path(str(path)).exists()
@@ -226,7 +233,7 @@ def load_policy(name_or_path: str | Path | None = None, *, device: str | torch.d
         use_chat_template = getattr(tokenizer, "chat_template", None) is not None
     elif use_chat_template and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"use_chat_template=True but the tokenizer of {str(path)!r} has no chat_template")
-    name = SHIPPED_NAME if name_or_path is None else str(name_or_path)
+    name = shipped[1] if shipped else str(name_or_path)
     return Policy(model=model, tokenizer=tokenizer, name=name, use_chat_template=use_chat_template)
 
 

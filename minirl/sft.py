@@ -1,12 +1,15 @@
 """Supervised warm start: teach a policy the task's answer format from one reference solution per problem.
 
-This is how the shipped tiny policy is made (`python -m minirl sft`): an untrained Llama first learns
-to write *some* well-formed Countdown expression, and is stopped early on purpose so that sampled
-accuracy is low enough (15-40 %) to leave room for RL to show what it does.
+This is how the shipped tiny policies are made: `python -m minirl sft` (tiny-countdown: an untrained Llama
+learns to write *some* well-formed Countdown expression) and `python -m minirl sft --task steps` (tiny-steps:
+worked traces with restarts, STEPS_RECIPE). Both are stopped early on purpose, so that sampled accuracy is
+low enough to leave room for RL to show what it does.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import sys
 import time
 
@@ -27,9 +30,39 @@ def encode_examples(policy, prompts: list[str], completions: list[str]):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
+# The shipped worked-steps policy (assets/tiny-steps), chosen by a few 5-minute SFT runs on 2 cores (BENCHMARKS.md):
+# mostly 3-number problems with a share of 4-number ones, and a share of traces that miss, restart and solve.
+STEPS_RECIPE = dict(steps=900, batch_size=64, lr=3e-3, cosine=True, hidden_size=128, four_share=0.3, retry_rate=0.3)
+
+
+def steps_mixture(four_share: float, retry_rate: float) -> list:
+    """The SFT data of tiny-steps: [(3-number task, 1 - four_share), (4-number task, four_share)], each with
+    `retry_rate` of its reference traces showing a missed attempt, '|' and a solution."""
+    from .tasks import CountdownSteps
+
+    return [(CountdownSteps(num_count=3, retry_rate=retry_rate), 1 - four_share),
+            (CountdownSteps(num_count=4, retry_rate=retry_rate), four_share)]
+
+
+def training_mix(task, n: int, seed: int) -> list:
+    """n training problems of `task`, or of a mixture [(task, share), ...]: round(share * n) problems of each
+    (the last takes the rest), shuffled together with `seed`."""
+    if not isinstance(task, (list, tuple)):
+        return task.problems("train", n, seed=seed)
+    shares = [share for _, share in task]
+    if not task or any(not 0 < share <= 1 for share in shares) or abs(sum(shares) - 1) > 1e-9:
+        raise ValueError(f"sft: task shares {shares} are not allowed: use shares in (0, 1] that add up to 1")
+    counts = [round(share * n) for share in shares[:-1]]
+    counts.append(n - sum(counts))
+    problems = [p for (t, _), k in zip(task, counts) for p in t.problems("train", k, seed=seed)]
+    random.Random(seed).shuffle(problems)
+    return problems
+
+
 def sft(policy, task, *, steps: int = 300, batch_size: int = 128, lr: float = 1e-3, warmup_steps: int = 20,
-        weight_decay: float = 0.0, seed: int = 0, progress: bool = True) -> list[dict]:
+        weight_decay: float = 0.0, cosine: bool = False, seed: int = 0, progress: bool = True) -> list[dict]:
     """Train `policy` in place with cross-entropy on the task's reference solutions (completion tokens only).
+    `task` is a task or a mixture [(task, share), ...] (see `training_mix`).
 
     Deterministic given `seed` on a given machine. Returns the per-step history [{step, loss, seconds}].
     """
@@ -39,11 +72,18 @@ def sft(policy, task, *, steps: int = 300, batch_size: int = 128, lr: float = 1e
     if not lr > 0:
         raise ValueError(f"sft: lr={lr!r} is not allowed: use a number > 0")
     torch.manual_seed(seed)
-    problems = task.problems("train", steps * batch_size, seed=seed)
-    if any(p.solution is None for p in problems[:batch_size]):
-        raise ValueError(f"sft: task {task.name!r} gives no reference solutions (Problem.solution is None)")
+    problems = training_mix(task, steps * batch_size, seed)
+    if any(p.solution is None for p in problems):
+        raise ValueError(f"sft: task {getattr(task, 'name', task)!r} gives no reference solutions (Problem.solution is None)")
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, warmup_steps)))
+    def lr_factor(s: int) -> float:  # linear warm-up, then constant (or a cosine down to 10 % with `cosine`)
+        warm = min(1.0, (s + 1) / max(1, warmup_steps))
+        if not cosine or s < warmup_steps:
+            return warm
+        done = (s - warmup_steps) / max(1, steps - warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     policy.model.train()
     history, start = [], time.perf_counter()
     bar = tqdm(range(steps), desc="sft", disable=not progress, file=sys.stdout)

@@ -16,20 +16,24 @@ SPECIALS = (PAD, BOS, EOS)
 # Every character the compact Countdown prompt and its completions can contain.
 CHARACTERS = "0123456789+-*/(),:="
 VOCAB = {tok: i for i, tok in enumerate(SPECIALS + tuple(CHARACTERS))}  # 22 symbols
+# ... and the worked-steps task's (tasks/steps.py): the same plus its restart mark, appended so ids stay put
+STEPS_CHARACTERS = CHARACTERS + "|"
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
+def build_char_tokenizer(characters: str = CHARACTERS) -> PreTrainedTokenizerFast:
     """A character-level `PreTrainedTokenizerFast`: `<bos>` is prepended, unknown characters are an error.
+    The default `characters` give 22 symbols (3 specials + 19 characters).
 
     >>> tok = build_char_tokenizer()
     >>> tok("3,5,7:026=").input_ids[:4]   # <bos> 3 , 5
     [1, 6, 19, 8]
     """
-    core = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token=None))
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + tuple(characters))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per char
     core.decoder = decoders.Fuse()  # join characters back without spaces
     core.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", special_tokens=[(BOS, VOCAB[BOS])]
+        single=f"{BOS} $A", special_tokens=[(BOS, vocab[BOS])]
     )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,

@@ -22,6 +22,7 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..config import PRESETS, ConfigError, RLConfig
+from ..evaluate import task_budget
 from ..plots import LIVE_METRICS, plot_runs, runs_table
 from ..runs import Run, RunCache, run_key
 from ..tasks import task_identity
@@ -58,7 +59,9 @@ class ExperimentPanel:
             task = Countdown()
         self.task, self.cache, self.background = task, cache, background
         self.policy_factory = policy_factory or _default_policy
-        self.base_config = dict(base_config or {})
+        # the task's token budget unless base_config says otherwise (the presets' 16 on compact Countdown)
+        budget = task_budget(task) if "max_new_tokens" not in (base_config or {}) else {}
+        self.base_config = {**budget, **(base_config or {})}
         self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         self.runs: list[Run] = list(precomputed)
         self.current: Run | None = None
