@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="PPO vs GRPO vs DAPO from the shipped policy, same budget: table + PNG")
     p.add_argument("--out", default="results", help="folder for compare.md, compare.json and compare.png")
     p.add_argument("--algos", default="ppo,grpo,dapo", help="comma-separated presets to compare")
-    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600; --task steps: 150)")
+    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600; --task steps: 120)")
     p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: 1e-4)")
     p.add_argument("--seed", type=int, default=None, help="seed for all (default: 0)")
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
