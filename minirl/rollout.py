@@ -60,6 +60,12 @@ class Rollout:
             texts=[self.texts[i] for i in rows],
         )
 
+    def trim(self, T: int) -> "Rollout":
+        """Only the first T completion columns (T >= every row's length: the rest is padding)."""
+        cut = {"completion_ids", "completion_mask", "logprobs"}
+        return Rollout(**{f.name: getattr(self, f.name)[:, :T] if f.name in cut else getattr(self, f.name)
+                          for f in fields(self)})
+
     @staticmethod
     def cat(parts: list["Rollout"], pad_id: int) -> "Rollout":
         """Concatenate rollouts whose prompts / completions may have different padded widths."""
@@ -112,7 +118,17 @@ def check_sampling_args(max_new_tokens: int, temperature: float, top_p: float) -
         raise ValueError(f"top_p={top_p!r} is not allowed: use a number in (0, 1]")
 
 
-@torch.no_grad()
+def draw(probs: torch.Tensor, rows: torch.Tensor, batch: int, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of `probs` (b, V), the rows `rows` of a batch of `batch` -> (b,).
+
+    torch.multinomial(probs, 1) is argmax(p / q) with q ~ Exp(1) (the Gumbel-max trick, exponentiated). Drawing
+    q for all `batch` rows, also those that have stopped, and keeping the live ones gives each row the same
+    token as one multinomial over the whole batch would: dropping finished rows does not change the samples.
+    """
+    noise = torch.empty(batch, probs.shape[-1], dtype=probs.dtype, device=probs.device).exponential_(1, generator=generator)
+    return (probs / noise[rows]).argmax(-1)
+
+
 def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False,
            eos_token_ids: list[int] | None = None, generator: torch.Generator | None = None) -> Rollout:
@@ -120,45 +136,62 @@ def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 
     The recorded log-probs are those of the temperature-scaled distribution *before* top-p
     truncation, i.e. exactly what `completion_logprobs` recomputes for the loss.
+    Two savings that change no sample: identical prompt rows (a group's G copies) are run through the
+    model once and share their KV cache, and rows that have produced EOS leave the batch.
     """
     check_sampling_args(max_new_tokens, temperature, top_p)
-    model, pad_id = policy.model, policy.tokenizer.pad_token_id
-    eos = torch.tensor(eos_token_ids or policy.eos_token_ids, device=prompt_ids.device)
-    B = prompt_ids.shape[0]
-    cache = DynamicCache()
-    cache_arg = {_cache_kwarg(model): cache, "use_cache": True}
-    attn = prompt_mask.long()  # (B, P) grows by one column per step
-    next_pos = attn.sum(-1, keepdim=True)  # (B, 1) position of the first completion token
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                   logits_to_keep=1, **cache_arg).logits[:, -1].float()  # (B, V)
+    # inference mode: no_grad that also skips autograd's bookkeeping of views and versions (~10 % less time
+    # per decode step at these sizes)
+    model, pad_id, device = policy.model, policy.tokenizer.pad_token_id, prompt_ids.device
+    B, P = prompt_ids.shape
+    with torch.inference_mode():
+        eos = torch.tensor(eos_token_ids or policy.eos_token_ids, device=device)
+        # results, written in place as rows finish: row b, step t
+        tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, T)
+        logps = torch.zeros(B, max_new_tokens, device=device)  # (B, T)
+        lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)  # (B,) EOS included
+        ended = torch.zeros(B, dtype=torch.bool, device=device)  # (B,) produced an EOS
+        attn = torch.cat([prompt_mask.long(), prompt_mask.new_ones(B, max_new_tokens, dtype=torch.long)], 1)  # (B, P+T)
+        next_pos = prompt_mask.long().sum(-1, keepdim=True)  # (B, 1) position of the first completion token
 
-    finished = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)
-    tokens, logps, alive = [], [], []
-    for step in range(max_new_tokens):
-        scaled = logits / temperature
-        logp_all = scaled.log_softmax(-1)  # (B, V)
-        if greedy:
-            token = scaled.argmax(-1)
-        else:
-            probs = top_p_filter(scaled, top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-        logp = logp_all.gather(-1, token[:, None]).squeeze(-1)
-        alive.append(~finished)
-        tokens.append(torch.where(finished, pad_id, token))
-        logps.append(torch.where(finished, 0.0, logp))
-        finished = finished | torch.isin(token, eos)
-        if finished.all() or step == max_new_tokens - 1:
-            break  # stop early once every sequence has produced an EOS
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=next_pos + step,
-                       **cache_arg).logits[:, -1].float()
+        # prefill: each distinct prompt once, then every row gets a copy of its prompt's cache and last logits
+        unique, copy_of = torch.unique(torch.cat([prompt_ids, attn[:, :P]], 1), dim=0, return_inverse=True)  # (B,)
+        first = torch.full((len(unique),), B, device=device).scatter_reduce(  # (U,) first row of each prompt
+            0, copy_of, torch.arange(B, device=device), "amin")
+        cache = DynamicCache()
+        cache_arg = {_cache_kwarg(model): cache, "use_cache": True}
+        logits = model(input_ids=prompt_ids[first], attention_mask=attn[first, :P],
+                       position_ids=position_ids_from_mask(attn[first, :P]), logits_to_keep=1,
+                       **cache_arg).logits[:, -1].float()[copy_of]  # (B, V)
+        cache.batch_select_indices(copy_of)
 
-    completion_ids = torch.stack(tokens, 1)  # (B, T)
-    completion_mask = torch.stack(alive, 1).long()  # (B, T)
+        rows = torch.arange(B, device=device)  # the batch row of each sequence still being decoded
+        for step in range(max_new_tokens):
+            scaled = logits / temperature  # (b, V), b = rows still decoding
+            logp_all = scaled.log_softmax(-1)
+            token = scaled.argmax(-1) if greedy else draw(top_p_filter(scaled, top_p).softmax(-1), rows, B, generator)
+            tokens[rows, step] = token
+            logps[rows, step] = logp_all.gather(-1, token[:, None]).squeeze(-1)
+            done = torch.isin(token, eos)  # (b,)
+            lengths[rows[done]], ended[rows[done]] = step + 1, True
+            if done.all() or step == max_new_tokens - 1:
+                break  # stop early once every sequence has produced an EOS
+            if done.any():  # drop the finished rows from the batch and from the KV cache
+                keep = (~done).nonzero().squeeze(-1)
+                rows, token = rows[keep], token[keep]
+                cache.batch_select_indices(keep)
+            logits = model(input_ids=token[:, None], attention_mask=attn[rows, :P + step + 1],
+                           position_ids=next_pos[rows] + step, **cache_arg).logits[:, -1].float()
+
+        T = int(lengths.max())  # drop columns where every row has stopped
+        completion_mask = (torch.arange(T, device=device) < lengths[:, None]).long()  # (B, T)
+        completion_ids, logps = tokens[:, :T], logps[:, :T]
+    # the loss reads these with gradients on, which inference-mode tensors cannot join: plain copies
+    completion_ids, completion_mask, logps, ended = (t.clone() for t in (completion_ids, completion_mask, logps, ended))
     return Rollout(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask.long(), completion_ids=completion_ids,
-        completion_mask=completion_mask, logprobs=torch.stack(logps, 1),
-        truncated=~finished, texts=policy.decode(completion_ids),
+        completion_mask=completion_mask, logprobs=logps,
+        truncated=~ended, texts=policy.decode(completion_ids),
     )
 
 

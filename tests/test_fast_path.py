@@ -1,0 +1,123 @@
+"""The fast path changes no result: each saving is checked against the plain version it replaces.
+
+- sampling: shared prefill of a group's prompt and dropping finished rows vs one full-batch loop with
+  torch.multinomial (the sampler before these savings), token for token;
+- learning: length-sorted micro-batches cut to their own longest completion vs one padded pass;
+- the optimiser: torch's fused AdamW vs the plain per-tensor loop.
+"""
+
+import copy
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from minirl import Countdown, load_policy, new_tiny_policy, sample
+from minirl.config import RLConfig
+from minirl.rollout import _cache_kwarg, draw, position_ids_from_mask, top_p_filter
+from minirl.step import rl_step
+from minirl.trainer import make_learner
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@torch.no_grad()
+def plain_sample(policy, prompt_ids, prompt_mask, *, max_new_tokens, temperature=1.0, top_p=1.0, generator=None):
+    """The textbook loop: every row through every step, finished rows padded, one multinomial per step."""
+    model, pad_id = policy.model, policy.tokenizer.pad_token_id
+    eos = torch.tensor(policy.eos_token_ids)
+    cache = DynamicCache()
+    kw = {_cache_kwarg(model): cache, "use_cache": True}
+    attn = prompt_mask.long()
+    next_pos = attn.sum(-1, keepdim=True)
+    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                   **kw).logits[:, -1].float()
+    finished = torch.zeros(len(prompt_ids), dtype=torch.bool)
+    tokens, logps, alive = [], [], []
+    for step in range(max_new_tokens):
+        scaled = logits / temperature
+        token = torch.multinomial(top_p_filter(scaled, top_p).softmax(-1), 1, generator=generator).squeeze(-1)
+        alive.append(~finished)
+        tokens.append(torch.where(finished, pad_id, token))
+        logps.append(torch.where(finished, 0.0, scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)))
+        finished = finished | torch.isin(token, eos)
+        if finished.all():
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], 1)
+        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=next_pos + step,
+                       **kw).logits[:, -1].float()
+    return torch.stack(tokens, 1), torch.stack(alive, 1).long(), torch.stack(logps, 1), ~finished
+
+
+def test_draw_is_multinomial_over_the_whole_batch_whatever_rows_are_live():
+    probs = torch.rand(6, 11).softmax(-1)
+    whole = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(5)).squeeze(-1)
+    rows = torch.tensor([0, 2, 3, 5])
+    live = draw(probs[rows], rows, 6, torch.Generator().manual_seed(5))
+    assert torch.equal(live, whole[rows])
+    # and it samples the distribution: frequencies of 20k draws from one row match its probabilities
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.cat([draw(p, torch.tensor([0]), 1, gen) for _ in range(20_000)]), minlength=4)
+    assert torch.allclose(counts / 20_000, p[0], atol=0.015)
+
+
+@pytest.mark.parametrize("which", ["shipped", "untrained"])
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (1.3, 0.9)])
+def test_sampler_gives_the_plain_loops_tokens(tiny_policy, which, temperature, top_p):
+    policy = tiny_policy if which == "shipped" else new_tiny_policy(seed=3)
+    policy.model.eval()
+    # 3 prompts x G = 4 copies each, left-padded: the prefill is shared, rows finish at different steps
+    prompts = [p for p in ["12,34,56,78:0090=", "3,5,7:026=", "1:1="] for _ in range(4)]
+    ids, mask = policy.encode_prompts(prompts)
+    fast = sample(policy, ids, mask, max_new_tokens=16, temperature=temperature, top_p=top_p,
+                  generator=torch.Generator().manual_seed(1))
+    tokens, alive, logps, truncated = plain_sample(policy, ids, mask, max_new_tokens=16, temperature=temperature,
+                                                   top_p=top_p, generator=torch.Generator().manual_seed(1))
+    assert len(set(fast.lengths.tolist())) > 1, "rows must finish at different steps for this to test anything"
+    assert torch.equal(fast.completion_ids, tokens) and torch.equal(fast.completion_mask, alive)
+    assert torch.equal(fast.truncated, truncated)
+    torch.testing.assert_close(fast.logprobs, logps, atol=2e-5, rtol=1e-5)
+
+
+def one_update(config: RLConfig, sgd: bool = True) -> list[torch.Tensor]:
+    """Parameters after one rl_step of `config` from the shipped policy (SGD lr 1: the update is the gradient)."""
+    policy = load_policy(device="cpu")
+    learner, _ = make_learner(policy, config)
+    if sgd:  # AdamW's first step is ~lr * sign(g): it would magnify float rounding of near-zero gradients
+        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=1.0)
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    row = rl_step(policy, Countdown(), config, learner, step=0)
+    assert row["time/learn"] > 0
+    return [p.detach() - b for p, b in zip(learner.model.parameters(), before)]
+
+
+@pytest.mark.parametrize("algo,loss_agg", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"),
+                                           ("dr_grpo", "seq-mean-token-sum-norm"), ("ppo", "token-mean")])
+def test_length_buckets_give_the_one_pass_gradient(algo, loss_agg):
+    base = dict(batch_size=4, group_size=4 if algo != "ppo" else 1, max_new_tokens=16, loss_agg=loss_agg,
+                dynamic_sampling=False, max_grad_norm=0.0, minibatches=1, epochs=1)  # one SGD step
+    if algo == "ppo":
+        base["batch_size"] = 16
+    one = one_update(RLConfig.preset(algo, **base, length_buckets=1))
+    for buckets in (2, 4):
+        other = one_update(RLConfig.preset(algo, **base, length_buckets=buckets))
+        diff = max((a - b).abs().max().item() for a, b in zip(one, other))
+        scale = max(a.abs().max().item() for a in one)
+        assert scale > 0 and diff <= 1e-5 * scale, f"{buckets} buckets: update differs by {diff:.2e} (scale {scale:.2e})"
+
+
+def test_fused_adamw_makes_the_plain_update():
+    config = RLConfig.preset("grpo", batch_size=4, group_size=4, lr=1e-3)
+    fused = one_update(config, sgd=False)
+    plain = one_update(RLConfig.preset("grpo", batch_size=4, group_size=4, lr=1e-3, fused_adamw=False), sgd=False)
+    assert max(a.abs().max().item() for a in fused) > 5e-4  # the step moved the weights by ~lr
+    # the same update up to the last bit of a weight of size ~1 (fp32 spacing there: 1.2e-7)
+    torch.testing.assert_close(fused, plain, atol=2.5e-7, rtol=0)
+
+
+def test_fused_adamw_switch_reaches_the_optimiser(tiny_policy):
+    policy = copy.deepcopy(tiny_policy)
+    for fused in (True, False):
+        learner, _ = make_learner(policy, RLConfig.preset("grpo", fused_adamw=fused))
+        assert bool(learner.optimizer.param_groups[0]["fused"]) is fused
