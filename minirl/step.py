@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import torch
+import torch.nn.functional as F
 from accelerate import Accelerator
 
 from . import advantages as adv
@@ -66,9 +67,11 @@ class Batch:
         return len(self.rollout)
 
     def rows(self, index: torch.Tensor) -> "Batch":
-        """The rows in `index` (a micro-batch), every field sliced the same way."""
-        return Batch(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index])
-                        for f in fields(self) if f.name != "rollout"}, rollout=self.rollout.select(index))
+        """The rows in `index` (a micro-batch), every field sliced the same way and cut to the longest of these
+        completions: the columns after it are padding in every row (mask 0), so a forward over them is wasted."""
+        T = int(self.rollout.lengths[index].max()) if len(index) else 0
+        return Batch(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index, :T])
+                        for f in fields(self) if f.name != "rollout"}, rollout=self.rollout.select(index).trim(T))
 
 
 # ----------------------------------------------------------------------------- 1. sample and score
@@ -124,9 +127,10 @@ def forward_in_chunks(fn, roll: Rollout, rows: int, keys: tuple[str, ...]) -> di
     """Run `fn` (a model forward) over the rollout in chunks of `rows`, without gradients."""
     outs = {k: [] for k in keys}
     for start in range(0, len(roll), rows):
-        out = fn(*roll.select(list(range(start, min(start + rows, len(roll))))).inputs())
+        part = roll.select(list(range(start, min(start + rows, len(roll)))))
+        out = fn(*part.trim(int(part.lengths.max())).inputs())  # no forward over columns that are all padding
         for k in keys:
-            outs[k].append(out[k].float())
+            outs[k].append(F.pad(out[k].float(), (0, roll.completion_ids.shape[1] - out[k].shape[1])))
     return {k: torch.cat(v) for k, v in outs.items()}
 
 
@@ -167,7 +171,8 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
     world, N = acc.num_processes, len(batch)
     scaled = acc.scaler is not None
     rows_mb = N // config.minibatches
-    rows_micro = config.micro_batch_size or rows_mb
+    rows_micro = config.micro_batch_size or -(-rows_mb // config.length_buckets)  # ceil
+    lengths = batch.rollout.lengths
     gen = torch.Generator().manual_seed(step_seed(config, step, 99))
     # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
     names = ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")
@@ -180,7 +185,9 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
             num_tokens = acc.reduce(num_tokens.float(), "sum") if world > 1 else num_tokens
             totals = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world, max_len=config.max_new_tokens)
             update = {k: torch.zeros_like(v) for k, v in sums.items()}  # this update's share of the logs
-            micros = mb.split(rows_micro)
+            # rows of similar length together: each micro-batch is padded only to its own longest completion
+            # (batch.rows cuts the rest); the normalisers above are the minibatch's, so the gradient is the same
+            micros = mb[lengths[mb].argsort(stable=True)].split(rows_micro)
             for i, idx in enumerate(micros):
                 part = batch.rows(idx)
                 m = part.loss_mask

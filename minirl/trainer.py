@@ -58,8 +58,11 @@ def make_learner(policy, config: RLConfig, accelerator: Accelerator | None = Non
     groups = [{"params": [p for p in actor_critic.parameters() if id(p) not in critic_ids], "lr": config.lr}]
     if critic_ids:
         groups.append({"params": actor_critic.critic_parameters(), "lr": config.critic_lr or 10 * config.lr})
+    # fused: one kernel for the whole update instead of a dozen small ops per tensor (~4x faster at this size);
+    # not under fp16, whose GradScaler must see each skipped step (a fused step folds the inf check in)
+    fused = config.fused_adamw and policy.device.type in ("cpu", "cuda") and acc.scaler is None
     optimizer = torch.optim.AdamW(groups, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps,
-                                  weight_decay=config.weight_decay)
+                                  weight_decay=config.weight_decay, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (config.warmup_steps + 1)))
     start_step = load_checkpoint(checkpoint, actor_critic, optimizer, scheduler, acc.scaler) if checkpoint else 0
     model, optimizer = acc.prepare(actor_critic, optimizer)

@@ -12,14 +12,14 @@ from minirl.config import PRESETS, ConfigError, RLConfig
 
 FIELDS = [f.name for f in dataclasses.fields(RLConfig)]
 # fields with no range or choice to check: a free label and on/off switches
-UNCHECKED = {"algo", "whiten_advantages", "dynamic_sampling", "overlong_filter", "overlong_punishment"}
+UNCHECKED = {"algo", "whiten_advantages", "dynamic_sampling", "overlong_filter", "overlong_punishment", "fused_adamw"}
 
 # one or more out-of-range values for every field that has a range or a choice
 INVALID = {
     "batch_size": [0, -1, 2.0, True], "group_size": [0, -2], "steps": [0, 1.5], "epochs": [0],
     "minibatches": [0, -1], "max_gen_batches": [0], "max_new_tokens": [0, -16, 8.0], "eval_n": [0],
     "eval_sampled_k": [0],
-    "micro_batch_size": [-1, 0.5], "warmup_steps": [-1], "eval_every": [-1], "checkpoint_every": [-1],
+    "micro_batch_size": [-1, 0.5], "length_buckets": [0, -1, 1.5], "warmup_steps": [-1], "eval_every": [-1], "checkpoint_every": [-1],
     "seed": [-1, 1.0],
     "lr": [0, -1e-5, 1.0, 3.0, "3e-5"], "critic_lr": [-1e-4, 1.0],
     "max_grad_norm": [-1.0, "1"], "weight_decay": [-0.1], "entropy_coef": [-0.01], "kl_coef": [-0.04],
