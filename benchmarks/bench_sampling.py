@@ -2,14 +2,17 @@
 
     python benchmarks/bench_sampling.py            # 10 repeats per case, ~15 s on 2 idle cores
     python benchmarks/bench_sampling.py --repeats 3
+    python benchmarks/bench_sampling.py --task steps --group 8   # worked steps: 8 prompts x G 8, 64 new tokens
 
-Batch of 64 Countdown train prompts (left-padded by the policy's tokenizer), temperature 1, top_p 1,
-16 new tokens. Three samplers:
-  (a) minirl.rollout.sample        one prompt forward, then one token per step with a DynamicCache
+Batch of 64 Countdown train prompts (left-padded by the policy's tokenizer; with --group G, 64/G prompts each
+repeated G times, as in training), temperature 1, top_p 1, the task's token budget (compact: 16 new tokens,
+the shipped tiny policy; steps: 64, the tiny-steps policy). Three samplers:
+  (a) minirl.rollout.sample        one forward per distinct prompt, then one token per step with a DynamicCache;
+                                   rows that have produced EOS leave the batch
   (b) the same loop with no cache  every step re-runs the full prompt + completion so far (written here)
   (c) HF model.generate(do_sample=True, max_new_tokens=16, output_scores=True, return_dict_in_generate=True)
 Two modes:
-  fixed16  EOS is ignored, so every sampler does exactly 16 decoding steps (equal work: 64 x 16 tokens)
+  fixedN   EOS is ignored, so every sampler does exactly N decoding steps (equal work: 64 x N tokens)
   eos      normal stopping: a batch ends when every row has produced EOS (or 16 tokens)
 tokens/s = mean real tokens per batch (up to and including EOS) / median seconds per batch.
 Also checks that the log-probs recorded while sampling equal a fresh `completion_logprobs` forward.
@@ -29,9 +32,12 @@ import torch  # noqa: E402
 from _common import header, timeit  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs, position_ids_from_mask, sample  # noqa: E402
+from minirl.evaluate import task_budget  # noqa: E402
 from minirl.tasks import Countdown  # noqa: E402
+from minirl.tasks.steps import CountdownSteps  # noqa: E402
 
-B, NEW_TOKENS = 64, 16
+B = 64
+TASKS = {"compact": (Countdown, None), "steps": (CountdownSteps, "tiny-steps")}
 NO_EOS = [10**6]  # an id outside the vocabulary, never sampled: every sampler runs all max_new_tokens steps
 
 
@@ -81,15 +87,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--task", choices=sorted(TASKS), default="compact")
+    parser.add_argument("--group", type=int, default=1, help="G: 64/G distinct prompts, each G times (default 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     header("bench_sampling")
 
-    policy = load_policy(device="cpu")
+    task_cls, policy_name = TASKS[args.task]
+    task = task_cls()
+    NEW_TOKENS = task_budget(task)["max_new_tokens"]
+    policy = load_policy(policy_name, device="cpu")
     policy.model.eval()
     model, eos_ids = policy.model, policy.eos_token_ids
-    task = Countdown()
-    prompts = [p.prompt for p in task.problems("train", B, seed=0)]
+    prompts = [p.prompt for p in task.problems("train", B // args.group, seed=0) for _ in range(args.group)]
     ids, mask = policy.encode_prompts(prompts)
     print(f"policy: {policy.name}, {policy.num_parameters:,} parameters, vocab {model.config.vocab_size}; "
           f"batch {tuple(ids.shape)} prompt tokens, {int((mask == 0).sum())} of them padding; eos ids {eos_ids}")
@@ -107,17 +117,18 @@ def main() -> None:
 
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
+    FIXED = f"fixed{NEW_TOKENS}"
     cases = {
         "(a) minirl sample, KV cache": {
-            "fixed16": lambda: sample(policy, ids, mask, max_new_tokens=NEW_TOKENS, eos_token_ids=NO_EOS, generator=gen),
+            FIXED: lambda: sample(policy, ids, mask, max_new_tokens=NEW_TOKENS, eos_token_ids=NO_EOS, generator=gen),
             "eos": lambda: sample(policy, ids, mask, max_new_tokens=NEW_TOKENS, generator=gen),
         },
         "(b) same loop, no KV cache": {
-            "fixed16": lambda: sample_no_cache(policy, ids, mask, NEW_TOKENS, NO_EOS, gen),
+            FIXED: lambda: sample_no_cache(policy, ids, mask, NEW_TOKENS, NO_EOS, gen),
             "eos": lambda: sample_no_cache(policy, ids, mask, NEW_TOKENS, eos_ids, gen),
         },
         "(c) HF generate (do_sample, output_scores)": {
-            "fixed16": lambda: hf_generate(policy, ids, mask, gen_fixed),
+            FIXED: lambda: hf_generate(policy, ids, mask, gen_fixed),
             "eos": lambda: hf_generate(policy, ids, mask, gen_eos),
         },
     }
@@ -129,11 +140,11 @@ def main() -> None:
         if name.startswith("(b)"):
             return result[0], result[1]
         comp = result[0]
-        return comp, (torch.ones_like(comp) if mode == "fixed16" else completion_mask_from(comp, eos_ids))
+        return comp, (torch.ones_like(comp) if mode == FIXED else completion_mask_from(comp, eos_ids))
 
     rows = []
     results = {}
-    for mode in ("fixed16", "eos"):
+    for mode in (FIXED, "eos"):
         for name, fns in cases.items():
             t = timeit(fns[mode], repeats=args.repeats, warmup=args.warmup)
             results[(name, mode)] = t["result"]
@@ -157,7 +168,7 @@ def main() -> None:
     # --- log-prob checks: recorded while sampling vs one fresh forward over prompt + completion
     print("\nlog-prob check (max |difference| over real completion tokens, vs a fresh completion_logprobs forward):")
     with torch.no_grad():
-        for mode in ("fixed16", "eos"):
+        for mode in (FIXED, "eos"):
             roll = results[("(a) minirl sample, KV cache", mode)]
             fresh = completion_logprobs(model, ids, mask, roll.completion_ids, roll.completion_mask)["logprobs"]
             print(f"  {mode:8s} (a) sample() logprobs:            {max_masked_diff(roll.logprobs, fresh, roll.completion_mask):.2e}")
@@ -165,7 +176,7 @@ def main() -> None:
             fresh = completion_logprobs(model, ids, mask, comp, cmask)["logprobs"]
             print(f"  {mode:8s} (b) no-cache loop logprobs:       {max_masked_diff(lp, fresh, cmask):.2e}")
             comp, scores = results[("(c) HF generate (do_sample, output_scores)", mode)]
-            cmask = torch.ones_like(comp) if mode == "fixed16" else completion_mask_from(comp, eos_ids)
+            cmask = torch.ones_like(comp) if mode == FIXED else completion_mask_from(comp, eos_ids)
             hf_lp = torch.stack([s.float().log_softmax(-1) for s in scores], 1).gather(-1, comp[..., None]).squeeze(-1)
             fresh = completion_logprobs(model, ids, mask, comp, cmask)["logprobs"]
             print(f"  {mode:8s} (c) HF log_softmax(output_scores): {max_masked_diff(hf_lp, fresh, cmask):.2e}")

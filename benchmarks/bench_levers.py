@@ -1,0 +1,140 @@
+"""The speed levers tried on minirl's hot paths, each measured against the plain version on the same inputs.
+
+    python benchmarks/bench_levers.py              # ~2 min on 2 idle cores (add --compile: +1-2 min)
+    python benchmarks/bench_levers.py --compile    # also torch.compile of the decode step
+
+Worked-steps task, the tiny-steps policy, 8 prompts x G 8 (64 rows), 64 new tokens at most. Levers:
+  decode step, 64 rows, cache of 13-45 positions:
+    DynamicCache under torch.no_grad (the old loop) | under torch.inference_mode (kept) | HF StaticCache
+    (pre-allocated, attends over all its positions) | torch.compile(model, dynamic=True) with a DynamicCache
+  decode step with 4 rows left (what dropping finished rows leaves at the end of a batch), no_grad vs inference_mode
+  prefill of 64 rows vs of the 8 distinct prompts (kept: sample() shares it across the group)
+  learn's forward + backward over the rollout: one pass padded to the longest completion | length_buckets = 2
+    (kept) | 4 | 8 | bf16 autocast, one pass and 2 buckets
+  AdamW step over the policy's parameters: for-loop (torch's CPU default) | foreach | fused (kept)
+Medians of --repeats timings after warm-up; each line says what it timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from transformers import DynamicCache, StaticCache  # noqa: E402
+
+from _common import header  # noqa: E402
+from minirl.policy import load_policy  # noqa: E402
+from minirl.rollout import completion_logprobs, sample  # noqa: E402
+from minirl.tasks.steps import CountdownSteps  # noqa: E402
+
+
+def median_ms(fn, repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def decode_ms(model, ids, mask, *, context, cache="dynamic", compiled=False, steps: int = 32) -> tuple[float, float]:
+    """(ms per decode step over `steps` steps after a prefill, seconds of the first 3 steps: compile time)."""
+    B, P = ids.shape
+    forward = torch.compile(model, dynamic=True) if compiled else model
+    attn = torch.cat([mask, torch.ones(B, steps + 3, dtype=torch.long)], 1)
+    with context():
+        kv = DynamicCache() if cache == "dynamic" else StaticCache(config=model.config, max_cache_len=P + steps + 3)
+        full_mask = cache == "static"  # a static cache attends over every position it holds
+        forward(input_ids=ids, attention_mask=attn[:, :P], cache=kv, use_cache=True, logits_to_keep=1,
+                **({"cache_position": torch.arange(P)} if full_mask else {}))
+        token = ids[:, -1:]
+
+        def one(i):
+            width = attn.shape[1] if full_mask else P + i + 1
+            extra = {"cache_position": torch.tensor([P + i])} if full_mask else {}
+            forward(input_ids=token, attention_mask=attn[:, :width], cache=kv, use_cache=True,
+                    position_ids=mask.sum(-1, keepdim=True) + i, **extra)
+
+        t0 = time.perf_counter()
+        for i in range(3):
+            one(i)
+        first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for i in range(3, steps + 3):
+            one(i)
+    return (time.perf_counter() - t0) / steps * 1e3, first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile of the decode step")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    header("bench_levers")
+    policy = load_policy("tiny-steps")
+    model = policy.model.eval()
+    task = CountdownSteps()
+    ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 8, seed=0) for _ in range(8)])
+
+    print("\n## decode step, 64 rows (ms per step, median of 3 passes of 32 steps)")
+    cases = [("DynamicCache, torch.no_grad (before)", dict(context=torch.no_grad)),
+             ("DynamicCache, torch.inference_mode (kept)", dict(context=torch.inference_mode)),
+             ("StaticCache, torch.inference_mode", dict(context=torch.inference_mode, cache="static"))]
+    if args.compile:
+        cases.append(("torch.compile(dynamic=True), DynamicCache, inference_mode",
+                      dict(context=torch.inference_mode, compiled=True)))
+    for name, kw in cases:
+        runs = [decode_ms(model, ids, mask, **kw) for _ in range(3)]
+        print(f"  {name:60s} {statistics.median(r[0] for r in runs):6.2f} ms/step   first 3 steps of the first "
+              f"pass: {runs[0][1]:.2f} s")
+    few = slice(0, 4)
+    for name, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
+        ms = statistics.median(decode_ms(model, ids[few], mask[few], context=ctx)[0] for _ in range(3))
+        print(f"  4 rows left, {name:47s} {ms:6.2f} ms/step")
+
+    print("\n## prefill (ms)")
+    with torch.inference_mode():
+        for name, rows in (("64 rows (every copy of every prompt)", slice(None)), ("8 distinct prompts (kept)", slice(0, 64, 8))):
+            ms = median_ms(lambda: model(input_ids=ids[rows], attention_mask=mask[rows], cache=DynamicCache(),
+                                         use_cache=True, logits_to_keep=1), args.repeats)
+            print(f"  {name:60s} {ms:6.2f} ms")
+
+    roll = sample(policy, ids, mask, max_new_tokens=task.max_new_tokens, generator=torch.Generator().manual_seed(0))
+    print(f"\n## learn: forward + backward over the rollout (64 rows, lengths {int(roll.lengths.min())}-"
+          f"{int(roll.lengths.max())}, mean {roll.lengths.float().mean():.1f}; ms)")
+
+    def fwd_bwd(buckets: int, bf16: bool = False):
+        for idx in roll.lengths.argsort(stable=True).split(-(-len(roll) // buckets)):
+            part = roll.select(idx)
+            part = part.trim(int(part.lengths.max()))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = completion_logprobs(model, *part.inputs(), with_entropy=True, entropy_grad=False)
+            (out["logprobs"].float().sum() / 1000).backward()
+
+    for name, buckets, bf16 in (("one pass, padded to the longest (before)", 1, False),
+                                ("length_buckets = 2 (kept)", 2, False), ("length_buckets = 4", 4, False),
+                                ("length_buckets = 8", 8, False), ("bf16 autocast, one pass", 1, True),
+                                ("bf16 autocast, length_buckets = 2", 2, True)):
+        print(f"  {name:60s} {median_ms(lambda: fwd_bwd(buckets, bf16), args.repeats):6.1f} ms")
+
+    print("\n## AdamW step over the policy's parameters (ms)")
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    for name, kw in (("for-loop (torch's default on CPU, before)", {}), ("foreach=True", {"foreach": True}),
+                     ("fused=True (kept)", {"fused": True})):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-9, **kw)
+        print(f"  {name:60s} {median_ms(opt.step, 20 * args.repeats):6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
