@@ -3,14 +3,16 @@
     python benchmarks/bench_levers.py              # ~2 min on 2 idle cores (add --compile: +1-2 min)
     python benchmarks/bench_levers.py --compile    # also torch.compile of the decode step
 
-Worked-steps task, the tiny-steps policy, 8 prompts x G 8 (64 rows), 64 new tokens at most. Levers:
+Worked-steps task, the tiny-steps policy (and for learn also the compact task), 8 prompts x G 8 (64 rows). Levers:
   decode step, 64 rows, cache of 13-45 positions:
     DynamicCache under torch.no_grad (the old loop) | under torch.inference_mode (kept) | HF StaticCache
     (pre-allocated, attends over all its positions) | torch.compile(model, dynamic=True) with a DynamicCache
   decode step with 4 rows left (what dropping finished rows leaves at the end of a batch), no_grad vs inference_mode
   prefill of 64 rows vs of the 8 distinct prompts (kept: sample() shares it across the group)
-  learn's forward + backward over the rollout: one pass padded to the longest completion | length_buckets = 2
-    (kept) | 4 | 8 | bf16 autocast, one pass and 2 buckets
+  learn's forward + backward over a 64-row rollout of each task (compact and steps): prompt + completion for
+    every row in one pass padded to the longest completion (before) | length_buckets 2 | 4 | each distinct
+    prompt once, its KV cache shared by the group (share_prompts), one pass | 2 | 4 | 2 unless that saves < 1/5
+    of the padding (kept: length_sorted_passes) | bf16 autocast (= mixed_precision "bf16")
   AdamW step over the policy's parameters: for-loop (torch's CPU default) | foreach | fused (kept)
 Medians of --repeats timings after warm-up; each line says what it timed.
 """
@@ -31,6 +33,9 @@ from transformers import DynamicCache, StaticCache  # noqa: E402
 from _common import header  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs, sample  # noqa: E402
+from minirl.step import length_sorted_passes  # noqa: E402
+from minirl.evaluate import task_budget  # noqa: E402
+from minirl.tasks import Countdown  # noqa: E402
 from minirl.tasks.steps import CountdownSteps  # noqa: E402
 
 
@@ -73,6 +78,49 @@ def decode_ms(model, ids, mask, *, context, cache="dynamic", compiled=False, ste
     return (time.perf_counter() - t0) / steps * 1e3, first
 
 
+def learn_section(task_name: str, repeats: int) -> None:
+    """learn's forward + backward over one 64-row rollout, every variant timed in turn within each round (so a
+    slow spell of a shared machine hits all of them), median over rounds."""
+    task, policy = (Countdown(), load_policy()) if task_name == "compact" else (CountdownSteps(), load_policy("tiny-steps"))
+    model = policy.model
+    ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 8, seed=0) for _ in range(8)])
+    roll = sample(policy, ids, mask, max_new_tokens=task_budget(task)["max_new_tokens"],
+                  generator=torch.Generator().manual_seed(0))
+    print(f"\n## learn, {task_name} task: forward + backward over the rollout (64 rows, prompts of {ids.shape[1]} "
+          f"tokens, completions {int(roll.lengths.min())}-{int(roll.lengths.max())}, mean "
+          f"{roll.lengths.float().mean():.1f}; ms)")
+
+    def fwd_bwd(buckets: int, share: bool, bf16: bool = False):
+        rows = torch.arange(len(roll))
+        # buckets 0: what learn does (2 passes unless that saves < 1/5 of the padding); n: always n passes
+        passes = length_sorted_passes(rows, roll.lengths, 2) if buckets == 0 else \
+            rows[roll.lengths.argsort(stable=True)].split(-(-len(roll) // buckets))
+        for idx in passes:
+            part = roll.select(idx)
+            part = part.trim(int(part.lengths.max()))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = completion_logprobs(model, *part.inputs(), with_entropy=True, entropy_grad=False,
+                                          share_prompts=share)
+            (out["logprobs"].float().sum() / 1000).backward()
+
+    cases = [("one pass per row, padded to the longest (before)", 1, False, False),
+             ("2 passes, sorted by length", 2, False, False), ("4 passes", 4, False, False),
+             ("shared prompts, one pass", 1, True, False), ("shared prompts, 2 passes", 2, True, False),
+             ("shared prompts, 4 passes", 4, True, False),
+             ("shared prompts, 2 passes unless < 1/5 less padding (kept)", 0, True, False),
+             ("bf16 autocast, shared prompts, one pass", 1, True, True),
+             ("bf16 autocast, shared prompts, kept passes", 0, True, True)]
+    times = {name: [] for name, *_ in cases}
+    for round_ in range(repeats + 2):
+        for name, buckets, share, bf16 in cases:
+            t0 = time.perf_counter()
+            fwd_bwd(buckets, share, bf16)
+            if round_ >= 2:  # the first two rounds warm up
+                times[name].append(time.perf_counter() - t0)
+    for name, *_ in cases:
+        print(f"  {name:60s} {statistics.median(times[name]) * 1e3:6.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
@@ -109,23 +157,8 @@ def main() -> None:
                                          use_cache=True, logits_to_keep=1), args.repeats)
             print(f"  {name:60s} {ms:6.2f} ms")
 
-    roll = sample(policy, ids, mask, max_new_tokens=task.max_new_tokens, generator=torch.Generator().manual_seed(0))
-    print(f"\n## learn: forward + backward over the rollout (64 rows, lengths {int(roll.lengths.min())}-"
-          f"{int(roll.lengths.max())}, mean {roll.lengths.float().mean():.1f}; ms)")
-
-    def fwd_bwd(buckets: int, bf16: bool = False):
-        for idx in roll.lengths.argsort(stable=True).split(-(-len(roll) // buckets)):
-            part = roll.select(idx)
-            part = part.trim(int(part.lengths.max()))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                out = completion_logprobs(model, *part.inputs(), with_entropy=True, entropy_grad=False)
-            (out["logprobs"].float().sum() / 1000).backward()
-
-    for name, buckets, bf16 in (("one pass, padded to the longest (before)", 1, False),
-                                ("length_buckets = 2 (kept)", 2, False), ("length_buckets = 4", 4, False),
-                                ("length_buckets = 8", 8, False), ("bf16 autocast, one pass", 1, True),
-                                ("bf16 autocast, length_buckets = 2", 2, True)):
-        print(f"  {name:60s} {median_ms(lambda: fwd_bwd(buckets, bf16), args.repeats):6.1f} ms")
+    for task_name in ("compact", "steps"):
+        learn_section(task_name, args.repeats)
 
     print("\n## AdamW step over the policy's parameters (ms)")
     for p in model.parameters():

@@ -36,7 +36,7 @@ from minirl.config import RLConfig  # noqa: E402
 from minirl.evaluate import task_budget  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs  # noqa: E402
-from minirl.step import step_seed  # noqa: E402
+from minirl.step import length_sorted_passes, step_seed  # noqa: E402
 from minirl.tasks import Countdown  # noqa: E402
 from minirl.tasks.steps import CountdownSteps  # noqa: E402
 from minirl.trainer import train  # noqa: E402
@@ -112,8 +112,8 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
 
 
 def learn_flops(task_name: str) -> tuple[float, float]:
-    """FLOPs of the forward + backward passes `step.learn` makes over a 64-row rollout of the task (rows sorted by
-    length, in RLConfig.length_buckets passes, each cut to its longest completion), counted; and their seconds."""
+    """FLOPs of the forward + backward passes `step.learn` makes over a 64-row rollout of the task (the passes of
+    step.length_sorted_passes, each cut to its longest completion, shared prompts), counted; and their seconds."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from minirl.rollout import sample
@@ -124,10 +124,10 @@ def learn_flops(task_name: str) -> tuple[float, float]:
     ids, mask = policy.encode_prompts(prompts)
     roll = sample(policy, ids, mask, max_new_tokens=task_budget(task)["max_new_tokens"],
                   generator=torch.Generator().manual_seed(0))
-    passes = -(-len(roll) // RLConfig().length_buckets)  # rows per pass, as learn() splits a minibatch
+    passes = length_sorted_passes(torch.arange(len(roll)), roll.lengths, RLConfig().length_buckets)  # as learn() cuts
 
     def fwd_bwd():
-        for idx in roll.lengths.argsort(stable=True).split(passes):
+        for idx in passes:
             part = roll.select(idx)
             part = part.trim(int(part.lengths.max()))
             out = completion_logprobs(policy.model, *part.inputs(), with_entropy=True, entropy_grad=False)

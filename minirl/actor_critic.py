@@ -37,11 +37,11 @@ class ValueHead(nn.Module):
 class ActorCritic(nn.Module):
     """Policy LM + optional critic. forward -> {"logprobs", "entropy", "values"?} on completion tokens."""
 
-    def __init__(self, model: nn.Module, critic: str = "none"):
+    def __init__(self, model: nn.Module, critic: str = "none", share_prompts: bool = True):
         super().__init__()
         if critic not in ("none", "head", "separate"):
             raise ValueError(f"critic={critic!r} is not allowed: use 'none', 'head' or 'separate'")
-        self.critic = critic
+        self.critic, self.share_prompts = critic, share_prompts
         self.policy = model
         hidden = model.config.hidden_size
         self.value_head = ValueHead(hidden) if critic != "none" else None
@@ -52,7 +52,7 @@ class ActorCritic(nn.Module):
                 with_entropy: bool = True, entropy_grad: bool = True) -> dict[str, torch.Tensor]:
         out = completion_logprobs(self.policy, prompt_ids, prompt_mask, completion_ids, completion_mask,
                                   temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                  with_hidden=self.critic == "head")
+                                  with_hidden=self.critic == "head", share_prompts=self.share_prompts)
         if self.critic == "head":
             out["values"] = self.value_head(out.pop("hidden"))  # (B, T)
         elif self.critic == "separate":

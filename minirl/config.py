@@ -40,8 +40,11 @@ class RLConfig:
     epochs: int = 1  # mu: passes over each rollout (1 = on-policy, ratio stays 1 on the first pass)
     minibatches: int = 1  # optimiser steps per epoch; the rollout is split into this many minibatches
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = the minibatch in length_buckets passes
-    length_buckets: int = 2  # passes per minibatch when micro_batch_size = 0; rows sorted by length, each pass padded
-    #                          only to its own longest completion (same gradient, less padding; 1 = one padded pass)
+    length_buckets: int = 2  # passes per minibatch when micro_batch_size = 0: rows sorted by length, each pass padded
+    #                          only to its own longest completion (same gradient); one pass when that saves < 1/5 of
+    #                          the padding (step.length_sorted_passes); 1 = always one padded pass
+    share_prompts: bool = True  # forward each distinct prompt of a pass once and continue its G completions from its
+    #                             KV cache (same log-probs and gradient); False = prompt + completion for every row
     max_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
     warmup_steps: int = 0  # linear learning-rate warm-up, in optimiser steps
     weight_decay: float = 0.0  # AdamW weight decay

@@ -4,10 +4,10 @@ Two functions hold all the token bookkeeping of RL for LMs:
 
 - `sample(...)` generates completions for a batch of left-padded prompts, one token at a time with a
   KV cache, and records log π(token) at the sampling temperature — the "old" log-probs of PPO.
-- `completion_logprobs(...)` recomputes those log-probs (with gradients) in one forward pass over
-  prompt + completion. Both divide the logits by the same temperature and use the same position ids,
-  so on the first PPO step ratio = exp(new − old) = 1 (a classic bug is forgetting the
-  temperature in one of the two places).
+- `completion_logprobs(...)` recomputes those log-probs (with gradients) in a forward pass over
+  prompt + completion (a group's shared prompt run once). Both divide the logits by the same temperature
+  and use the same position ids, so on the first PPO step ratio = exp(new − old) = 1 (a classic bug is
+  forgetting the temperature in one of the two places).
 
 Conventions, for a batch of B prompts padded to P tokens and completions padded to T tokens:
   prompt_ids (B, P) left-padded · completion_ids (B, T) right-padded with the pad id ·
@@ -98,6 +98,16 @@ def _cache_kwarg(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows that repeat a prompt (a group's G copies) -> (first (U,): one row per distinct prompt, copy_of (B,):
+    which of those U each row is). prompt_ids[first][copy_of] == prompt_ids."""
+    B = len(prompt_ids)
+    unique, copy_of = torch.unique(torch.cat([prompt_ids, prompt_mask.long()], 1), dim=0, return_inverse=True)
+    first = torch.full((len(unique),), B, device=prompt_ids.device).scatter_reduce(
+        0, copy_of, torch.arange(B, device=prompt_ids.device), "amin")
+    return first, copy_of
+
+
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus sampling (Holtzman et al. 2020): keep the smallest set of tokens with mass >= top_p. (B, V)."""
     if top_p >= 1.0:
@@ -155,9 +165,7 @@ def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
         next_pos = prompt_mask.long().sum(-1, keepdim=True)  # (B, 1) position of the first completion token
 
         # prefill: each distinct prompt once, then every row gets a copy of its prompt's cache and last logits
-        unique, copy_of = torch.unique(torch.cat([prompt_ids, attn[:, :P]], 1), dim=0, return_inverse=True)  # (B,)
-        first = torch.full((len(unique),), B, device=device).scatter_reduce(  # (U,) first row of each prompt
-            0, copy_of, torch.arange(B, device=device), "amin")
+        first, copy_of = distinct_prompts(prompt_ids, prompt_mask)  # (U,), (B,)
         cache = DynamicCache()
         cache_arg = {_cache_kwarg(model): cache, "use_cache": True}
         logits = model(input_ids=prompt_ids[first], attention_mask=attn[first, :P],
@@ -198,24 +206,48 @@ def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
                         temperature: float = 1.0, *, with_entropy: bool = False, entropy_grad: bool = True,
-                        with_hidden: bool = False) -> dict[str, torch.Tensor]:
-    """One forward pass over prompt + completion -> per-token log-probs of the completion (B, T).
+                        with_hidden: bool = False, share_prompts: bool = True) -> dict[str, torch.Tensor]:
+    """A forward pass over prompt + completion -> per-token log-probs of the completion (B, T).
 
     Returns {"logprobs": (B, T)} plus "entropy" (B, T) of the tempered distribution and/or "hidden"
     (B, T, H), the last hidden state at the position that *predicts* each completion token (what a
     value head reads). Gradients flow unless called under torch.no_grad().
+
+    share_prompts: when rows repeat a prompt (GRPO's G completions of one problem), run each distinct prompt
+    once, with gradients, and let its rows continue from that prompt's KV cache: the same logits (the prompt
+    cannot see the completion), the gradient of the shared prompt is the sum over its rows, as in one pass.
+    False, or no prompt repeated: the plain single pass over every row's prompt + completion.
     """
     P, T = prompt_ids.shape[1], completion_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, completion_ids], 1)  # (B, P+T)
-    attn = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                output_hidden_states=with_hidden, logits_to_keep=T + 1, use_cache=False)
-    logits = out.logits[:, :-1].float() / temperature  # (B, T, V): position P-1+t predicts token t
-    logp_all = logits.log_softmax(-1)
+    first, copy_of = distinct_prompts(prompt_ids, prompt_mask) if share_prompts else (None, None)
+    if first is None or len(first) == len(prompt_ids):
+        input_ids = torch.cat([prompt_ids, completion_ids], 1)  # (B, P+T)
+        attn = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                    output_hidden_states=with_hidden, logits_to_keep=T + 1, use_cache=False)
+        logits = out.logits[:, :-1]  # (B, T, V): position P-1+t predicts token t
+        hidden = out.hidden_states[-1][:, P - 1:P + T - 1] if with_hidden else None  # (B, T, H)
+    else:
+        cache = DynamicCache()
+        cache_arg = {_cache_kwarg(model): cache, "use_cache": True}
+        pm = prompt_mask.long()
+        head = model(input_ids=prompt_ids[first], attention_mask=pm[first], position_ids=position_ids_from_mask(pm[first]),
+                     output_hidden_states=with_hidden, logits_to_keep=1, **cache_arg)  # U prompts: predicts token 0
+        logits = head.logits[copy_of]  # (B, 1, V)
+        hidden = head.hidden_states[-1][copy_of, -1:] if with_hidden else None  # (B, 1, H)
+        if T > 1:  # tokens 0..T-2 of every row, after its prompt's cache (copied per row, differentiably)
+            cache.batch_select_indices(copy_of)
+            attn = torch.cat([pm, completion_mask.long()[:, :T - 1]], 1)  # (B, P+T-1)
+            positions = position_ids_from_mask(attn)[:, P:]  # (B, T-1), as the single pass numbers them
+            rest = model(input_ids=completion_ids[:, :T - 1], attention_mask=attn, position_ids=positions,
+                         output_hidden_states=with_hidden, **cache_arg)
+            logits = torch.cat([logits, rest.logits], 1)  # (B, T, V)
+            hidden = torch.cat([hidden, rest.hidden_states[-1]], 1) if with_hidden else None  # (B, T, H)
+    logp_all = (logits.float() / temperature).log_softmax(-1)
     result = {"logprobs": logp_all.gather(-1, completion_ids[..., None]).squeeze(-1) * completion_mask}
     if with_entropy:
         # from the log_softmax above; without entropy_grad it is only logged, so keep no (B, T, V) graph for it
         result["entropy"] = entropy_from_logprobs(logp_all if entropy_grad else logp_all.detach())  # (B, T)
     if with_hidden:
-        result["hidden"] = out.hidden_states[-1][:, P - 1:P + T - 1]  # (B, T, H)
+        result["hidden"] = hidden
     return result

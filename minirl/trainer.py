@@ -53,7 +53,7 @@ def make_learner(policy, config: RLConfig, accelerator: Accelerator | None = Non
         raise ValueError(f"RLConfig.batch_size={config.batch_size} must be divisible by the {acc.num_processes} processes")
     torch.manual_seed(config.seed)  # value-head init; everything else is seeded per step
     reference = copy.deepcopy(policy.model).eval().requires_grad_(False) if config.kl_coef > 0 else None
-    actor_critic = ActorCritic(policy.model, config.critic).to(policy.device)
+    actor_critic = ActorCritic(policy.model, config.critic, config.share_prompts).to(policy.device)
     critic_ids = {id(p) for p in actor_critic.critic_parameters()}
     groups = [{"params": [p for p in actor_critic.parameters() if id(p) not in critic_ids], "lr": config.lr}]
     if critic_ids:

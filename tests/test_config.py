@@ -12,7 +12,7 @@ from minirl.config import PRESETS, ConfigError, RLConfig
 
 FIELDS = [f.name for f in dataclasses.fields(RLConfig)]
 # fields with no range or choice to check: a free label and on/off switches
-UNCHECKED = {"algo", "whiten_advantages", "dynamic_sampling", "overlong_filter", "overlong_punishment", "fused_adamw"}
+UNCHECKED = {"algo", "whiten_advantages", "dynamic_sampling", "overlong_filter", "overlong_punishment", "fused_adamw", "share_prompts"}
 
 # one or more out-of-range values for every field that has a range or a choice
 INVALID = {

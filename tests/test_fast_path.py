@@ -2,7 +2,8 @@
 
 - sampling: shared prefill of a group's prompt and dropping finished rows vs one full-batch loop with
   torch.multinomial (the sampler before these savings), token for token;
-- learning: length-sorted micro-batches cut to their own longest completion vs one padded pass;
+- learning: a group's prompt forwarded once and shared through its KV cache vs prompt + completion per row;
+  length-sorted micro-batches cut to their own longest completion vs one padded pass;
 - the optimiser: torch's fused AdamW vs the plain per-tensor loop.
 """
 
@@ -12,10 +13,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from minirl import Countdown, load_policy, new_tiny_policy, sample
+from minirl import Countdown, completion_logprobs, load_policy, new_tiny_policy, sample
 from minirl.config import RLConfig
 from minirl.rollout import _cache_kwarg, draw, position_ids_from_mask, top_p_filter
-from minirl.step import rl_step
+from minirl.step import length_sorted_passes, rl_step
+from minirl.tasks.steps import CountdownSteps
 from minirl.trainer import make_learner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -80,31 +82,83 @@ def test_sampler_gives_the_plain_loops_tokens(tiny_policy, which, temperature, t
     torch.testing.assert_close(fast.logprobs, logps, atol=2e-5, rtol=1e-5)
 
 
-def one_update(config: RLConfig, sgd: bool = True) -> list[torch.Tensor]:
-    """Parameters after one rl_step of `config` from the shipped policy (SGD lr 1: the update is the gradient)."""
-    policy = load_policy(device="cpu")
+@pytest.mark.parametrize("with_hidden", [False, True])
+def test_shared_prompt_forward_gives_the_one_pass_logprobs_and_gradient(tiny_policy, with_hidden):
+    policy = copy.deepcopy(tiny_policy)
+    prompts = [p for p in ["12,34,56,78:0090=", "3,5,7:026=", "1:1="] for _ in range(4)]
+    ids, mask = policy.encode_prompts(prompts)
+    roll = sample(policy, ids, mask, max_new_tokens=16, generator=torch.Generator().manual_seed(2))
+    results = []
+    for share in (False, True):
+        policy.model.zero_grad()
+        out = completion_logprobs(policy.model, *roll.inputs(), 1.3, with_entropy=True, with_hidden=with_hidden,
+                                  share_prompts=share)
+        loss = (out["logprobs"].sum() + out["entropy"].sum() + (out["hidden"].sum() if with_hidden else 0))
+        loss.backward()
+        results.append((out, [p.grad.clone() for p in policy.model.parameters()]))
+    (plain, g_plain), (shared, g_shared) = results
+    assert plain.keys() == shared.keys()
+    for key in plain:
+        assert plain[key].shape == shared[key].shape
+        torch.testing.assert_close(shared[key], plain[key], atol=1e-5, rtol=1e-5)
+    scale = max(g.abs().max().item() for g in g_plain)  # float rounding, relative to the largest gradient entry
+    assert max((a - b).abs().max().item() for a, b in zip(g_shared, g_plain)) <= 1e-6 * scale
+
+
+def one_update(config: RLConfig, sgd: bool = True, steps_task: bool = False) -> list[torch.Tensor]:
+    """The change of the parameters in one rl_step of `config` from a shipped policy (the compact one, or the
+    worked-steps one on its task); with SGD at lr 1 that change is the gradient."""
+    policy, task = (load_policy("tiny-steps", device="cpu"), CountdownSteps()) if steps_task else (load_policy(device="cpu"), Countdown())
     learner, _ = make_learner(policy, config)
     if sgd:  # AdamW's first step is ~lr * sign(g): it would magnify float rounding of near-zero gradients
         learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=1.0)
     before = [p.detach().clone() for p in learner.model.parameters()]
-    row = rl_step(policy, Countdown(), config, learner, step=0)
+    row = rl_step(policy, task, config, learner, step=0)
     assert row["time/learn"] > 0
     return [p.detach() - b for p, b in zip(learner.model.parameters(), before)]
+
+
+def test_length_sorted_passes_cut_only_where_it_saves_padding():
+    rows = torch.arange(8)
+    uneven = torch.tensor([30, 5, 64, 12, 40, 7, 50, 9])
+    passes = length_sorted_passes(rows, uneven, 2)
+    assert [p.tolist() for p in passes] == [[1, 5, 7, 3], [0, 4, 6, 2]]  # sorted by length, then cut
+    assert sorted(torch.cat(passes).tolist()) == rows.tolist()
+    even = torch.tensor([7, 6, 8, 7, 8, 6, 7, 7])  # cutting saves 1/16 of the padding: one pass
+    assert [p.tolist() for p in length_sorted_passes(rows, even, 2)] == [rows[even.argsort(stable=True)].tolist()]
+    assert len(length_sorted_passes(rows, uneven, 1)) == 1
 
 
 @pytest.mark.parametrize("algo,loss_agg", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"),
                                            ("dr_grpo", "seq-mean-token-sum-norm"), ("ppo", "token-mean")])
 def test_length_buckets_give_the_one_pass_gradient(algo, loss_agg):
-    base = dict(batch_size=4, group_size=4 if algo != "ppo" else 1, max_new_tokens=16, loss_agg=loss_agg,
+    # the worked-steps task: completions of 12-64 tokens, so the passes are cut (checked just below)
+    base = dict(batch_size=4, group_size=4, max_new_tokens=64, overlong_cache=16, loss_agg=loss_agg,
                 dynamic_sampling=False, max_grad_norm=0.0, minibatches=1, epochs=1)  # one SGD step
     if algo == "ppo":
-        base["batch_size"] = 16
-    one = one_update(RLConfig.preset(algo, **base, length_buckets=1))
+        base.update(batch_size=16, group_size=1)
+    one = one_update(RLConfig.preset(algo, **base, length_buckets=1), steps_task=True)
     for buckets in (2, 4):
-        other = one_update(RLConfig.preset(algo, **base, length_buckets=buckets))
+        other = one_update(RLConfig.preset(algo, **base, length_buckets=buckets), steps_task=True)
         diff = max((a - b).abs().max().item() for a, b in zip(one, other))
         scale = max(a.abs().max().item() for a in one)
         assert scale > 0 and diff <= 1e-5 * scale, f"{buckets} buckets: update differs by {diff:.2e} (scale {scale:.2e})"
+
+
+def test_the_steps_rollout_is_cut_into_passes():
+    policy, task = load_policy("tiny-steps", device="cpu"), CountdownSteps()
+    ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 4, seed=0) for _ in range(4)])
+    roll = sample(policy, ids, mask, max_new_tokens=64, generator=torch.Generator().manual_seed(0))
+    assert len(length_sorted_passes(torch.arange(16), roll.lengths, 2)) == 2
+
+
+def test_shared_prompts_give_the_plain_update():
+    base = dict(batch_size=4, group_size=4, max_new_tokens=16, max_grad_norm=0.0)
+    shared = one_update(RLConfig.preset("grpo", **base))
+    plain = one_update(RLConfig.preset("grpo", **base, share_prompts=False))
+    scale = max(a.abs().max().item() for a in plain)
+    assert scale > 0
+    torch.testing.assert_close(shared, plain, atol=1e-5 * scale, rtol=0)
 
 
 def test_fused_adamw_makes_the_plain_update():
