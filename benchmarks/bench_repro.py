@@ -9,10 +9,14 @@ at which the logged metrics first differ from the variant's first run, and the h
 Variants:
   threads=1 / threads=2         torch.set_num_threads
   2 runs in one process         the second run in the same process as the first (other memory addresses)
-  MKL_CBWR=COMPATIBLE / AVX2    Intel MKL's conditional numerical reproducibility: one fixed code path whatever
-                                the CPU (set before torch loads MKL). A different path rounds differently, as
-                                another CPU would: these runs show how far float-level differences carry.
   deterministic algorithms      torch.use_deterministic_algorithms(True)
+  as without AVX-512            MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2: the code paths a CPU
+                                without AVX-512 takes. They round differently: these runs show how far float-level
+                                differences carry, what a rerun on another machine sees.
+  MKL_CBWR=COMPATIBLE           Intel MKL's conditional numerical reproducibility: one matmul path whatever the CPU
+  portable                      MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default: also torch's own kernels on one
+                                (non-vectorised) path; "portable, as without AVX-512" adds the AVX2 limits on top,
+                                so equal hashes there mean the switch removes the CPU's instruction set from the bits
 and, for each, the median seconds per step, to show what a switch costs.
 """
 
@@ -49,6 +53,12 @@ print("RESULT" + json.dumps(out))
 """
 
 
+# what a CPU without AVX-512 would run: MKL's AVX2 code path and torch's own AVX2 kernels (both read these at load)
+NO_AVX512 = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+# one code path on every x86 CPU: MKL's conditional numerical reproducibility and torch's non-vectorised kernels
+PORTABLE = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}
+
+
 def launch(algo: str, threads: int, steps: int, runs: int, deterministic: bool = False,
            env: dict | None = None) -> list[dict]:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(threads), str(steps), str(runs), str(int(deterministic)), algo],
@@ -74,9 +84,11 @@ def main() -> None:
         "threads=1": dict(threads=1),
         "threads=2": dict(threads=2),
         "threads=2, 2 runs in one process": dict(threads=2, runs=2),
-        "threads=2, MKL_CBWR=COMPATIBLE": dict(threads=2, env={"MKL_CBWR": "COMPATIBLE"}),
-        "threads=2, MKL_CBWR=AVX2": dict(threads=2, env={"MKL_CBWR": "AVX2"}),
         "threads=2, deterministic algorithms": dict(threads=2, deterministic=True),
+        "threads=2, as without AVX-512": dict(threads=2, env=NO_AVX512),
+        "threads=2, MKL_CBWR=COMPATIBLE": dict(threads=2, env={"MKL_CBWR": "COMPATIBLE"}),
+        "threads=2, portable": dict(threads=2, env=PORTABLE),
+        "threads=2, portable, as without AVX-512": dict(threads=2, env={**PORTABLE, **NO_AVX512, **PORTABLE}),
     }
     print(f"# bench_repro: {args.algo}, compact task, seed 0, {args.steps} steps; {args.repeats} fresh processes per "
           "variant; held-out sampled accuracy on 300 problems")

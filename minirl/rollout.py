@@ -233,10 +233,13 @@ def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tens
         pm = prompt_mask.long()
         head = model(input_ids=prompt_ids[first], attention_mask=pm[first], position_ids=position_ids_from_mask(pm[first]),
                      output_hidden_states=with_hidden, logits_to_keep=1, **cache_arg)  # U prompts: predicts token 0
-        logits = head.logits[copy_of]  # (B, 1, V)
-        hidden = head.hidden_states[-1][copy_of, -1:] if with_hidden else None  # (B, 1, H)
-        if T > 1:  # tokens 0..T-2 of every row, after its prompt's cache (copied per row, differentiably)
-            cache.batch_select_indices(copy_of)
+        # rows copy their prompt's results with index_select: its backward adds the copies' gradients in a fixed
+        # order, where plain indexing (x[copy_of], cache.batch_select_indices) adds them in a thread-dependent one
+        logits = head.logits.index_select(0, copy_of)  # (B, 1, V)
+        hidden = head.hidden_states[-1][:, -1:].index_select(0, copy_of) if with_hidden else None  # (B, 1, H)
+        if T > 1:  # tokens 0..T-2 of every row, after its prompt's cache
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.index_select(0, copy_of), layer.values.index_select(0, copy_of)
             attn = torch.cat([pm, completion_mask.long()[:, :T - 1]], 1)  # (B, P+T-1)
             positions = position_ids_from_mask(attn)[:, P:]  # (B, T-1), as the single pass numbers them
             rest = model(input_ids=completion_ids[:, :T - 1], attention_mask=attn, position_ids=positions,

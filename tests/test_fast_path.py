@@ -18,7 +18,7 @@ from minirl.config import RLConfig
 from minirl.rollout import _cache_kwarg, draw, position_ids_from_mask, top_p_filter
 from minirl.step import length_sorted_passes, rl_step
 from minirl.tasks.steps import CountdownSteps
-from minirl.trainer import make_learner
+from minirl.trainer import make_learner, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -103,6 +103,23 @@ def test_shared_prompt_forward_gives_the_one_pass_logprobs_and_gradient(tiny_pol
         torch.testing.assert_close(shared[key], plain[key], atol=1e-5, rtol=1e-5)
     scale = max(g.abs().max().item() for g in g_plain)  # float rounding, relative to the largest gradient entry
     assert max((a - b).abs().max().item() for a, b in zip(g_shared, g_plain)) <= 1e-6 * scale
+
+
+def test_same_seed_training_is_bit_identical_on_two_threads():
+    # a prompt's results are copied to its group's rows: the copies' gradients must be added in a fixed order
+    # (x[index]'s backward adds them in a thread-dependent one: with it, these weights differed in every run)
+    def weights_after_three_steps() -> bytes:
+        policy = load_policy()
+        train(policy, Countdown(), RLConfig.preset("grpo", steps=3, eval_every=0, eval_n=1, seed=0), progress=False)
+        return b"".join(p.detach().numpy().tobytes() for p in policy.model.parameters())
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first, second = weights_after_three_steps(), weights_after_three_steps()
+    finally:
+        torch.set_num_threads(before)
+    assert first == second
 
 
 def one_update(config: RLConfig, sgd: bool = True, steps_task: bool = False) -> list[torch.Tensor]:
