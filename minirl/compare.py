@@ -111,8 +111,9 @@ def qwen25_05b_size() -> tuple[int, int]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    from .tiny_hf import QWEN25_05B
+
+    config = Qwen2Config(**QWEN25_05B, tie_word_embeddings=True)
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config)
     return sum(p.numel() for p in model.parameters()), config.hidden_size

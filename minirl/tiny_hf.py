@@ -53,12 +53,20 @@ def build_bpe_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
                                    chat_template=CHAT_TEMPLATE, padding_side="left")
 
 
-def save_tiny_chat_model(path: str | Path, seed: int = 0) -> Path:
-    """Write a tiny random Qwen2 chat model + tokenizer to `path`; `load_policy(path)` then loads it."""
+# Qwen2.5-0.5B-Instruct's published config.json, the shapes that matter for speed and memory
+QWEN25_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
+                  rms_norm_eps=1e-6)
+
+
+def save_tiny_chat_model(path: str | Path, seed: int = 0, **shape) -> Path:
+    """Write a tiny random Qwen2 chat model + tokenizer to `path`; `load_policy(path)` then loads it.
+    `shape` overrides the config (`**QWEN25_05B`: random weights at Qwen2.5-0.5B's size, for GPU benchmarks;
+    ids beyond the 400-token tokenizer decode to nothing)."""
     path = Path(path)
     tokenizer = build_bpe_tokenizer()
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    config = Qwen2Config(**{**dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512), **shape},
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
     torch.manual_seed(seed)
