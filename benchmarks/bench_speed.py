@@ -48,7 +48,6 @@ from minirl.trainer import train  # noqa: E402
 
 BATCH, G, LR = 8, 8, 1e-4
 QWEN_DIR = Path("/tmp/minirl-bench-qwen0.5b")  # written once per machine by qwen_folder()
-QWEN_NEW_TOKENS = 256
 
 
 def qwen_folder() -> str:
@@ -63,17 +62,13 @@ def qwen_folder() -> str:
 # task name -> (task, policy to load); the policy is loaded fresh for every run
 TASKS = {"compact": (Countdown, lambda: load_policy()),
          "steps": (CountdownSteps, lambda: load_policy("tiny-steps")),
-         "qwen0.5b": (lambda: Countdown(prompt_style="chat", reward_scheme="tinyzero"), lambda: load_policy(qwen_folder()))}
-
-
-def budget(task) -> dict:
-    return {"max_new_tokens": QWEN_NEW_TOKENS, "overlong_cache": QWEN_NEW_TOKENS // 4} \
-        if getattr(task, "prompt_style", "") == "chat" else task_budget(task)
+         "qwen0.5b": (lambda: Countdown(prompt_style="chat", reward_scheme="tinyzero"),  # 256 new tokens
+                      lambda: load_policy(qwen_folder()))}
 
 
 def minirl_config(task, steps: int) -> RLConfig:
     return RLConfig.preset("grpo", batch_size=BATCH, group_size=G, steps=steps, lr=LR, kl_coef=0.0,
-                           loss_agg="seq-mean-token-mean", eval_every=0, eval_n=8, seed=0, **budget(task))
+                           loss_agg="seq-mean-token-mean", eval_every=0, eval_n=8, seed=0, **task_budget(task))
 
 
 def sync() -> None:
@@ -165,7 +160,7 @@ def learn_flops(task_name: str) -> tuple[float, float]:
     task, policy = make_task(), make_policy()
     prompts = [p.prompt for p in task.problems("train", BATCH, seed=0) for _ in range(G)]
     ids, mask = policy.encode_prompts(prompts)
-    roll = sample(policy, ids, mask, max_new_tokens=budget(task)["max_new_tokens"],
+    roll = sample(policy, ids, mask, max_new_tokens=task_budget(task)["max_new_tokens"],
                   generator=torch.Generator(policy.device).manual_seed(0))
     passes = length_sorted_passes(torch.arange(len(roll)), roll.lengths, RLConfig().length_buckets)  # as learn() cuts
 
@@ -243,7 +238,7 @@ def main() -> None:
     print(f"matmul peak ({'8192^3 torch.mm on the GPU' if device == 'cuda' else f'2048^3 torch.mm, {args.threads} threads'}): "
           f"fp32 {fp32:.1f} GFLOP/s, bf16 {bf16:.1f} GFLOP/s")
     for task_name in (["compact", "steps"] if args.task == "both" else [args.task]):
-        new_tokens = budget(TASKS[task_name][0]())["max_new_tokens"]
+        new_tokens = task_budget(TASKS[task_name][0]())["max_new_tokens"]
         if device == "cuda":
             print(f"\n## sampling, {task_name}: minirl sample vs HF generate")
             sampler_vs_generate(task_name, new_tokens)
