@@ -1,13 +1,14 @@
 """The fast path changes no result: each saving is checked against the plain version it replaces.
 
 - sampling: shared prefill of a group's prompt and dropping finished rows vs one full-batch loop with
-  torch.multinomial (the sampler before these savings), token for token;
+  torch.multinomial (the sampler before these savings), token for token; the decode mask built once vs per step;
 - learning: a group's prompt forwarded once and shared through its KV cache vs prompt + completion per row;
   length-sorted micro-batches cut to their own longest completion vs one padded pass;
 - the optimiser: torch's fused AdamW vs the plain per-tensor loop.
 """
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ from transformers import DynamicCache
 
 from minirl import Countdown, completion_logprobs, load_policy, new_tiny_policy, sample
 from minirl.config import RLConfig
-from minirl.rollout import _cache_kwarg, draw, position_ids_from_mask, top_p_filter
+from minirl import rollout
+from minirl.rollout import _cache_kwarg, additive_decode_mask, draw, position_ids_from_mask, top_p_filter
 from minirl.step import length_sorted_passes, rl_step
 from minirl.tasks.steps import CountdownSteps
 from minirl.trainer import make_learner, train
@@ -80,6 +82,37 @@ def test_sampler_gives_the_plain_loops_tokens(tiny_policy, which, temperature, t
     assert torch.equal(fast.completion_ids, tokens) and torch.equal(fast.completion_mask, alive)
     assert torch.equal(fast.truncated, truncated)
     torch.testing.assert_close(fast.logprobs, logps, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_decode_mask_built_once_gives_the_per_step_masks_samples(tiny_policy, monkeypatch, attention):
+    policy = copy.deepcopy(tiny_policy)
+    policy.model.set_attn_implementation(attention)
+    prompts = [p for p in ["12,34,56,78:0090=", "3,5,7:026=", "1:1="] for _ in range(4)]  # left-padded
+    ids, mask = policy.encode_prompts(prompts)
+    assert additive_decode_mask(policy.model, mask) is not None
+    once = sample(policy, ids, mask, max_new_tokens=16, generator=torch.Generator().manual_seed(2))
+    monkeypatch.setattr(rollout, "additive_decode_mask", lambda model, attn: None)  # the 2-D mask at every step
+    per_step = sample(policy, ids, mask, max_new_tokens=16, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(once.completion_ids, per_step.completion_ids) and len(set(once.lengths.tolist())) > 1
+    torch.testing.assert_close(once.logprobs, per_step.logprobs, atol=1e-6, rtol=1e-6)
+
+
+def test_decode_mask_is_left_to_transformers_where_it_builds_its_own():
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**{"_attn_implementation": "sdpa", **config}))
+    attn = torch.tensor([[0, 1, 1]])
+    assert additive_decode_mask(model(_attn_implementation="flash_attention_2"), attn) is None
+    assert additive_decode_mask(model(sliding_window=4096), attn) is None  # Mistral-style window
+    assert additive_decode_mask(model(sliding_window=4096, use_sliding_window=True), attn) is None
+    assert additive_decode_mask(model(layer_types=["full_attention", "sliding_attention"]), attn) is None
+    # Qwen2's config names a window it does not use: the whole sequence is attended, the mask is built once
+    qwen2 = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa", sliding_window=4096,
+                                                   use_sliding_window=False, layer_types=["full_attention"] * 2),
+                            get_input_embeddings=lambda: torch.nn.Embedding(3, 2).to(torch.bfloat16))
+    blocked = additive_decode_mask(qwen2, attn)
+    assert blocked.shape == (1, 1, 1, 3) and blocked.dtype == torch.bfloat16
+    assert blocked[0, 0, 0, 0] == torch.finfo(torch.bfloat16).min and (blocked[0, 0, 0, 1:] == 0).all()
 
 
 @pytest.mark.parametrize("with_hidden", [False, True])
