@@ -134,3 +134,25 @@ def test_report_never_erases_results_made_by_another_code_version(tmp_path, monk
     with pytest.raises(SystemExit, match="none of this code version"):
         study.main(["--only", "H9", "--seeds", "1", "--smoke", "--out", str(out), "--report-only"])
     assert (out / "STUDY.md").read_text() == before
+
+
+def test_pilot_on_the_steps_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
+    from minirl.study import pilot
+
+    monkeypatch.setattr(pilot, "ARMS", pilot.ARMS[:2])  # GRPO and PPO: enough to pair, and quick
+    out = tmp_path / "pilot"
+    assert study.main(["--pilot", "--scale", "steps", "--smoke", "--seeds", "2", "--out", str(out), "--device", "cpu"]) == 0
+    result = json.loads((out / "pilot.json").read_text())
+    assert result["scale"] == "steps-smoke" and set(result["runs"]) == {"grpo", "ppo"}
+    run = result["runs"]["grpo"][0]
+    assert {"heldout/sampled", "transfer4/sampled", "range/sampled"} <= set(run["final"])
+    assert run["eval_seconds"] >= 0
+    # ppo - grpo is a difference per seed, of the two arms' own held-out numbers
+    pair = result["pairs"]["ppo - grpo | heldout/sampled"]
+    ppo, grpo = ([r["final"]["heldout/sampled"] for r in result["runs"][a]] for a in ("ppo", "grpo"))
+    assert pair["per_seed"] == pytest.approx([p - g for p, g in zip(ppo, grpo)])
+    # the steps scale trains the worked-steps policy on its own task
+    record = json.loads(next((out / "runs").glob(f"*/{STUDY_FILE}")).read_text())
+    assert record["scale"] == "steps-smoke"
+    meta = json.loads(next((out / "runs").glob("*/meta.json")).read_text())
+    assert meta["policy"] == "minirl/tiny-steps" and "countdown-steps" in meta["task"]

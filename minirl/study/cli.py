@@ -12,6 +12,7 @@ import torch
 from . import __doc__ as OVERVIEW
 from .claims import CLAIMS
 from .jobs import run_study
+from .pilot import run_pilot
 from .points import SCALES
 from .report import write_report
 
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from finished runs")
+    parser.add_argument("--pilot", action="store_true", help="size the study: GRPO, PPO, DAPO x --seeds, paired "
+                        "differences and minimum detectable effects (pilot.py); no report")
     args = parser.parse_args(argv)
     claims = list(CLAIMS) if args.only is None else [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in claims if c not in CLAIMS]
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.pilot:
+        run_pilot(scale, args.seeds, args.out, args.device)
+        return 0
     if not args.report_only:
         run_study(claims, scale, args.seeds, args.out, args.device)
     write_report(args.out, claims, scale, args.seeds)

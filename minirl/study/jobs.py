@@ -21,7 +21,7 @@ import torch
 
 from ..config import RLConfig
 from ..evaluate import evaluate
-from ..policy import SHIPPED_NAME, load_policy
+from ..policy import SHIPPED_NAME, STEPS_NAME, load_policy
 from ..runs import Run, _write_atomic, code_version, run_key
 from ..tasks import task_identity
 from ..trainer import DynamicSamplingExhausted, TrainingDiverged, train
@@ -33,11 +33,13 @@ STUDY_FILE = "study.json"  # written into a run folder once its final evaluation
 
 def policy_name(scale: Scale) -> str:
     """The name a run of this scale records for its base policy (`Policy.name` of `load_base_policy`)."""
-    return scale.model or SHIPPED_NAME
+    return scale.model or (STEPS_NAME if scale.task == "steps" else SHIPPED_NAME)
 
 
 def load_base_policy(scale: Scale, device: str | None):
-    return load_policy(scale.model, device=device, dtype=scale.dtype) if scale.model else load_policy(device=device)
+    if scale.model:
+        return load_policy(scale.model, device=device, dtype=scale.dtype)
+    return load_policy(STEPS_NAME if scale.task == "steps" else None, device=device)
 
 
 def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
@@ -45,14 +47,24 @@ def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
     return Path(runs_root) / run_key(policy_name(scale), task_identity(point.task(scale)), point.config(scale, seed))
 
 
+# the final evaluations: the held-out split of the trained task, and shifts it never trained on (the paper's
+# transfer test, in miniature): 4 numbers instead of 3; on the steps task also numbers from 13-24 instead of 1-12
+SHIFTS = {"heldout": dict(num_count=3), "transfer4": dict(num_count=4), "range": dict(number_range=(13, 24))}
+
+
 def final_evaluation(policy, point: Point, scale: Scale, config: RLConfig) -> dict:
-    """Greedy and sampled accuracy on the held-out 3-number split and on 4-number Countdown (never trained on)."""
+    """Greedy and sampled accuracy (scale.eval_k samples per problem) on each of SHIFTS (`scale.eval_n` held-out
+    problems, `scale.shift_n` of each shift).
+    Every run and the base policy are evaluated on the same problems with the same sampling seed (evaluate's
+    seed 0), so differences between arms are paired down to the random numbers of the evaluation."""
     out = {}
-    for name, num_count in (("heldout", 3), ("transfer4", 4)):
-        task = point.task(scale, num_count)
+    for name, shift in SHIFTS.items():
+        if name == "range" and scale.task != "steps":
+            continue  # the compact study keeps the two evaluations it was run with
+        task, n = point.task(scale, **shift), scale.eval_n if name == "heldout" else scale.shift_n
         for mode, greedy in (("greedy", True), ("sampled", False)):
-            m = evaluate(policy, task, n=scale.eval_n, greedy=greedy, temperature=config.temperature,
-                         max_new_tokens=config.max_new_tokens, progress=False)
+            m = evaluate(policy, task, n=n, greedy=greedy, k=1 if greedy else scale.eval_k,
+                         temperature=config.temperature, max_new_tokens=config.max_new_tokens, progress=False)
             out[f"{name}/{mode}"] = m["accuracy"]
             out[f"{name}/{mode}_numbers_ok"] = m.get("rate/numbers_ok")
             out[f"{name}/{mode}_format_ok"] = m.get("rate/format_ok")
@@ -77,11 +89,13 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
     except (TrainingDiverged, DynamicSamplingExhausted) as err:  # a collapse is a result: keep it, evaluate it
         error = f"{type(err).__name__}: {err}"
     seconds = time.perf_counter() - t0
+    t_eval = time.perf_counter()
+    final = final_evaluation(policy, point, scale, config)
     record = {"point": point.label, "preset": point.preset, "seed": seed, "scale": scale.name, "error": error,
               "code_version": code_version(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "train_seconds": Run.load(path).meta.get("seconds", seconds),
-              "final": final_evaluation(policy, point, scale, config)}
+              "eval_seconds": round(time.perf_counter() - t_eval, 1), "final": final}
     _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False) + "\n")
     if verbose:
         f = record["final"]

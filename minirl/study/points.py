@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..config import RLConfig
 from ..tasks import Countdown
+from ..tasks.steps import CountdownSteps
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,13 @@ class Scale:
     """How big every run of the study is. `cpu` is what the committed results used."""
 
     name: str
-    model: str | None = None  # None = the shipped tiny policy; else a folder or hub id for load_policy
+    model: str | None = None  # None = the task's shipped tiny policy; else a folder or hub id for load_policy
+    task: str = "compact"  # "compact": Countdown, answer an expression; "steps": CountdownSteps, worked steps
     steps: int = 80  # rollout steps per run
     eval_every: int = 40  # held-out evaluation every this many steps (and at the end)
     eval_n: int = 300  # held-out problems per evaluation (greedy and sampled)
+    eval_k: int = 1  # final evaluation: sampled completions per problem (its accuracy estimates pass@1 from k)
+    shift_n: int = 300  # final evaluation: problems of each shifted task (4 numbers; steps: an unseen range)
     batch_size: int = 8  # prompts per step for the group methods (PPO: batch_size * group_size prompts, G = 1)
     group_size: int = 8  # completions per prompt (G) unless a claim varies it
     lr: float = 1e-4  # base learning rate; H7 sweeps 0.3x .. 10x of it
@@ -34,13 +38,18 @@ class Scale:
 
     def smoke(self) -> "Scale":
         """The same model and prompts, but runs of two steps on a handful of problems (tests, CI)."""
-        return dataclasses.replace(self, name=self.name + "-smoke", steps=2, eval_every=0, eval_n=4, batch_size=2,
+        return dataclasses.replace(self, name=self.name + "-smoke", steps=2, eval_every=0, eval_n=4, shift_n=4,
+                                   eval_k=min(self.eval_k, 2), batch_size=2,
                                    group_size=2, micro_batch_size=0, max_new_tokens=min(self.max_new_tokens, 24))
 
 
 SCALES = {
     # 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores: the committed study.
     "cpu": Scale("cpu"),
+    # The worked-steps task and its shipped policy: 64-token answers; at the end of a run the whole held-out split
+    # (1 158 problems) with 4 samples each, and 500 problems of each shift.
+    "steps": Scale("steps", task="steps", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500,
+                   max_new_tokens=64),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
@@ -70,13 +79,19 @@ class Point:
                  else dict(batch_size=scale.batch_size, group_size=group))
         steps_x = over.pop("steps_x", 1)
         every = scale.eval_every if steps_x == 1 or not scale.eval_every else max(1, scale.eval_every // 2)
-        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=scale.eval_n,
-                    lr=lr, max_new_tokens=scale.max_new_tokens, mixed_precision=scale.mixed_precision,
+        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=min(scale.eval_n, 300),
+                    lr=lr, max_new_tokens=scale.max_new_tokens, overlong_cache=max(1, scale.max_new_tokens // 4), mixed_precision=scale.mixed_precision,
                     micro_batch_size=scale.micro_batch_size, seed=seed, algo=self.preset)
         return RLConfig.preset(preset, **{**base, **shape, **extra, **over})
 
-    def task(self, scale: Scale, num_count: int = 3) -> Countdown:
-        return Countdown(num_count=num_count, prompt_style=scale.prompt_style, reward_scheme=self.reward_scheme)
+    def task(self, scale: Scale, num_count: int = 3, number_range: tuple[int, int] | None = None):
+        """The scale's task with this point's reward; `num_count` / `number_range` shift it for transfer tests."""
+        ranges = {} if number_range is None else {"number_range": number_range}
+        if scale.task == "steps":  # its partial-credit reward is per right step ("tinyzero" rewards the format)
+            scheme = {"tinyzero": "per_step"}.get(self.reward_scheme, self.reward_scheme)
+            return CountdownSteps(num_count=num_count, reward_scheme=scheme, **ranges)
+        return Countdown(num_count=num_count, prompt_style=scale.prompt_style, reward_scheme=self.reward_scheme,
+                         **ranges)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def base_numbers(out: Path, scale: Scale) -> dict:
     if file.is_file():
         return json.loads(file.read_text(encoding="utf-8"))
     point = Point("base", "grpo")
-    numbers = final_evaluation(load_base_policy(scale, "cpu" if scale.name.startswith("cpu") else None), point,
+    numbers = final_evaluation(load_base_policy(scale, "cpu" if scale.model is None else None), point,
                                scale, point.config(scale, 0))
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(file, json.dumps(numbers, indent=1) + "\n")
