@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -45,17 +44,15 @@ def run_pilot(scale: Scale, seeds: int, out: Path, device: str | None = None, ta
             print(f"{label:6s} {r['seed']:4d} {r['train_seconds']:8.1f} {r.get('eval_seconds', math.nan):7.1f}  "
                   + "  ".join(f"{100 * f.get(m, math.nan):17.1f}%" for m in METRICS))
     pairs = {}
-    rows = [(f"{a.label} - base", [r["final"][m] for r in records[a.label]], None, m) for a in ARMS for m in METRICS]
+    # against the base policy, evaluated once: its value stands in for every seed, so the sd is the arm's own
+    rows = [(f"{a.label} - base", [r["final"][m] for r in records[a.label]], [base[m]] * seeds, m)
+            for a in ARMS for m in METRICS]
     rows += [(f"{b.label} - {a.label}", [r["final"][m] for r in records[b.label]],
               [r["final"][m] for r in records[a.label]], m) for a, b in itertools.combinations(ARMS, 2) for m in METRICS]
     print(f"\n{'difference':14s} {'metric':18s} {'per seed (points)':>24s} {'sd':>6s} {'MDE n=5':>8s} "
           f"{'MDE n=5, 10 tests':>18s} {'seeds for MDE ' + format(100 * target, 'g'):>16s}")
     for name, b_vals, a_vals, metric in rows:
-        if a_vals is None:  # against the base policy, evaluated once: the sd is the arm's own over seeds
-            d = {"d": [v - base[metric] for v in b_vals]}
-            d["sd"] = statistics.stdev(d["d"]) if len(d["d"]) > 1 else math.nan
-        else:
-            d = paired(a_vals, b_vals)
+        d = paired(a_vals, b_vals)
         sd = d["sd"]
         row = {"per_seed": d["d"], "sd": sd, "mde_5": mde(sd, 5), "mde_5_10_tests": mde(sd, 5, tests=10),
                "seeds_for_target": seeds_for(target, sd) if math.isfinite(sd) and sd > 0 else None}

@@ -80,7 +80,8 @@ class Point:
         steps_x = over.pop("steps_x", 1)
         every = scale.eval_every if steps_x == 1 or not scale.eval_every else max(1, scale.eval_every // 2)
         base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=min(scale.eval_n, 300),
-                    lr=lr, max_new_tokens=scale.max_new_tokens, overlong_cache=max(1, scale.max_new_tokens // 4), mixed_precision=scale.mixed_precision,
+                    lr=lr, max_new_tokens=scale.max_new_tokens, mixed_precision=scale.mixed_precision,
+                    overlong_cache=max(1, scale.max_new_tokens // 4),  # DAPO's L_cache: a quarter of L_max, as task_budget
                     micro_batch_size=scale.micro_batch_size, seed=seed, algo=self.preset)
         return RLConfig.preset(preset, **{**base, **shape, **extra, **over})
 
