@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MARKDOWN = [ROOT / "README.md", *sorted(ROOT.glob("*/README.md")), *sorted(ROOT.glob("*/*/README.md")),
-            ROOT / "benchmarks" / "BENCHMARKS.md", ROOT / "benchmarks" / "study" / "STUDY.md"]
+            ROOT / "benchmarks" / "BENCHMARKS.md", *sorted((ROOT / "benchmarks").glob("study*/*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 NUMBER = re.compile(r"(?<![\w.,])[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,])[-+−]?\d+(?:\.\d+)?(?![\w])")
 PRINTED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\d.,])\d+(?:\.\d+)?")  # "1.06x", "0.45]" count too

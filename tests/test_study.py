@@ -6,34 +6,52 @@ import math
 import pytest
 
 from minirl import study
-from minirl.study import CLAIMS, SCALES, STUDY_FILE, Point, plan
-from minirl.study.stats import clear, diff, stats
+from minirl.study import CLAIMS, SCALES, STUDY_FILE, Claim, Point, plan
+from minirl.study.claims import count_tests
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_claims_cover_the_issue_and_share_runs():
-    assert list(CLAIMS) == [f"H{i}" for i in range(1, 10)]
-    cpu = SCALES["cpu"]
-    # H1: G 2..16 at a fixed number of prompts; PPO gets the same completions per step with G = 1
-    h1 = {p.label: p.config(cpu, 0) for p in CLAIMS["H1"].points}
-    assert {c.group_size for c in h1.values()} == {2, 4, 8, 16} and {c.batch_size for c in h1.values()} == {8}
-    ppo = Point("ppo", "ppo").config(cpu, 0)
-    assert (ppo.batch_size, ppo.group_size) == (64, 1) and ppo.kl_placement == "reward"
-    # H2 places the KL where each algorithm puts it; H3's run without DS is twice as long
-    assert {p.config(cpu, 0).kl_placement for p in CLAIMS["H2"].points} == {"reward", "loss"}
-    ds, nods = (p.config(cpu, 0) for p in CLAIMS["H3"].points)
-    assert ds.dynamic_sampling and not nods.dynamic_sampling and nods.steps == 2 * ds.steps
-    # H7 spans 1.5 decades; its points are log-slider values 10**(k/10) so the lesson panel can hit them
-    lrs = sorted(p.config(cpu, 0).lr for p in CLAIMS["H7"].points if p.preset == "grpo")
-    assert lrs[-1] / lrs[0] == pytest.approx(10 ** 1.5)
-    assert all(abs(math.log10(lr) * 10 - round(math.log10(lr) * 10)) < 1e-9 for lr in lrs)
-    # shared configurations are trained once: 32 distinct runs per seed, not the 43 points listed
-    assert sum(len(c.points) for c in CLAIMS.values()) == 43
-    assert len(plan(list(CLAIMS), cpu, 3)) == 3 * 32
-    # every point has a distinct seed-wise config within its claim
+def test_claims_are_registered_paired_and_share_runs():
+    assert list(CLAIMS) == ["H1", "H2", "H3", "H4", "H5", "H8", "H9", "T"]
+    assert count_tests(CLAIMS) == 21  # the Bonferroni divisor of every test in the table
+    steps = SCALES["steps"]
+    # the whole held-out split, k >= 4 samples per problem; seeds 10.. so no run repeats a pilot run (0, 1)
+    assert steps.eval_n == 1158 and steps.eval_k >= 4 and list(steps.seeds(5)) == [10, 11, 12, 13, 14]
+    assert len(Point("grpo", "grpo").task(steps).problems("test", steps.eval_n)) == 1158
+    # PPO gets the group methods' completions per step as distinct prompts; H5's reward is the hackable one
+    ppo = Point("ppo", "ppo").config(steps, 10)
+    assert (ppo.batch_size, ppo.group_size) == (64, 1)
+    assert {p.task(steps).reward_scheme for p in CLAIMS["H5"].points} == {"per_step"}
+    ds, nods = (p.config(steps, 10) for p in CLAIMS["H3"].points)
+    assert ds.dynamic_sampling and not nods.dynamic_sampling and nods.steps == ds.steps
+    # shared configurations are trained once: 9 distinct runs per seed, not the 19 points listed
+    assert sum(len(c.points) for c in CLAIMS.values()) == 19
+    assert len(plan(list(CLAIMS), steps, 5)) == 5 * 9
     for claim in CLAIMS.values():
-        assert len({p.config(cpu, 0).to_json() for p in claim.points}) == len(claim.points)
+        assert len({p.config(steps, 10).to_json() for p in claim.points}) == len(claim.points)
+
+
+def test_a_shared_run_must_agree_on_its_evaluation():
+    from minirl.study import claims, jobs
+
+    twin = Point("grpo again", "grpo")  # the grpo arm's run, without the shifted evaluations
+    claims.CLAIMS["X"] = Claim("X", "twin", "-", (twin,), None, ("reward_mean",))
+    try:
+        with pytest.raises(ValueError, match="'grpo G=8' and 'grpo again' train the same run but disagree"):
+            jobs.plan(["H1", "X"], SCALES["steps"], 1)
+    finally:
+        del claims.CLAIMS["X"]
+
+
+def test_range_shift_holds_only_problems_with_an_unseen_number():
+    from minirl.study.jobs import SHIFTS, TRAINED_MAX, AboveTraining
+
+    task = AboveTraining(Point("grpo", "grpo").task(SCALES["steps"], **SHIFTS["range"]), TRAINED_MAX)
+    problems = task.problems("test", 500, seed=10)
+    assert len({p.key for p in problems}) == 500
+    assert all(max(p.answer["numbers"]) > 12 for p in problems)
+    assert task.score(problems[0], problems[0].solution).reward == 1.0  # scoring is the wrapped task's
 
 
 def test_study_runs_resumes_and_reports(tmp_path, monkeypatch):
@@ -42,14 +60,17 @@ def test_study_runs_resumes_and_reports(tmp_path, monkeypatch):
     folders = sorted(p for p in (out / "runs").iterdir())
     assert len(folders) == 4 and all((f / STUDY_FILE).is_file() for f in folders)
     result = json.loads((out / "results" / "H8.json").read_text())
-    assert result["claim"] == "H8" and result["seeds_per_point"] == 2
+    assert result["claim"] == "H8" and result["seeds"] == [10, 11] and result["count_tests_table"] == 21
     assert result["verdict"] in ("supported", "not supported", "inconclusive")
-    for point in result["points"]:
-        assert point["seeds"] == [0, 1] and len(point["per_seed"]["sampled"]) == 2
-        assert point["stats"]["sampled"]["n"] == 2
-    assert (out / "figures" / "H8.png").stat().st_size > 1000
+    (entropy,) = result["tests"]  # 0.28 - 0.2, seed by seed, from the two points' own per-seed values
+    sym, high = (p["per_seed"]["entropy_end"] for p in result["points"])
+    assert entropy["d"] == pytest.approx([h - s for s, h in zip(sym, high)], abs=1e-4)
+    assert sorted((out / "base").iterdir()) == [out / "base" / "seed-10.json", out / "base" / "seed-11.json"]
+    for name in ("H8.png", "H8_paired.png"):
+        assert (out / "figures" / name).stat().st_size > 1000
     md = (out / "STUDY.md").read_text()
     assert "| H8 Clip-higher |" in md and "python -m minirl study --only H8 --seeds 2 --smoke" in md
+    assert "m = 21 paired t-tests" in md
 
     # a killed study: one run lost its final evaluation (killed mid-run); a rerun trains exactly that one
     killed = folders[1]
@@ -95,33 +116,72 @@ def test_bad_arguments_name_the_value(capsys):
     with pytest.raises(SystemExit):
         study.main(["--seeds", "0"])
     assert "--seeds 0 is not allowed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        study.main(["--task", "chess"])
+    assert "invalid choice: 'chess'" in capsys.readouterr().err
 
 
-def _point(label, series, x, **per_seed):
-    numbers = {k: list(v) for k, v in per_seed.items()}
-    return {"label": label, "series": series, "x": x, "runs": [], "numbers": numbers,
-            "stats": {k: stats(v) for k, v in numbers.items()}}
+def _points(claim, seeds=5, **per_label):
+    """Synthetic per-seed numbers for a claim's points: every metric 0.5 unless per_label gives it."""
+    keys = ("sampled", "greedy", "transfer4", "range", "seconds", "samples", "reward_roughness", "entropy_start",
+            "entropy_end", "length_start", "length_end", "length_growth", "attempts_end", "correct_end",
+            "extra_steps_end")
+    out = {}
+    for p in CLAIMS[claim].points:
+        numbers = {k: [0.5 + 0.01 * i for i in range(seeds)] for k in keys}
+        numbers.update(per_label.get(p.label, {}))
+        out[p.label] = {"label": p.label, "series": p.series, "x": p.x, "runs": [], "numbers": numbers}
+    return out
 
 
-@pytest.mark.parametrize("accs, verdict", [
-    (([0.30, 0.31, 0.29], [0.20, 0.21, 0.19], [0.20, 0.22, 0.21]), "supported"),  # bonus clearly lowers accuracy
-    (([0.20, 0.21, 0.19], [0.30, 0.31, 0.29], [0.30, 0.32, 0.31]), "not supported"),  # bonus clearly raises it
-    (([0.20, 0.30, 0.25], [0.22, 0.28, 0.18], [0.26, 0.21, 0.24]), "inconclusive"),  # within noise
+BASE = {k: [0.5 + 0.01 * i for i in range(5)] for k in ("heldout/sampled", "transfer4/sampled", "range/sampled")}
+
+
+@pytest.mark.parametrize("name", list(CLAIMS))
+def test_every_rule_makes_the_tests_it_registers(name):
+    verdict, text, rule, tests = CLAIMS[name].verdict(_points(name), BASE, 21)
+    assert len(tests) == CLAIMS[name].tests and text and rule
+    assert all(t["n"] == 5 and t["mean"] == pytest.approx(0.0, abs=1e-12) for t in tests)  # equal arms: no difference
+    assert "supported" not in verdict.replace("not supported", "") or name == "H3"  # H3 "no help" holds at 0
+
+
+# seeds differ a lot from each other (0.20 .. 0.60), the difference between the arms hardly at all: only a
+# paired test sees it
+SPREAD = [0.20, 0.30, 0.40, 0.50, 0.60]
+
+
+@pytest.mark.parametrize("shift, verdict", [
+    ([0.05, 0.052, 0.049, 0.051, 0.05], "supported"),  # eps_high 0.28 clearly higher entropy
+    ([-0.05, -0.052, -0.049, -0.051, -0.05], "not supported"),  # clearly lower
+    ([0.05, -0.04, 0.06, -0.05, 0.0], "inconclusive"),  # within noise
 ])
-def test_verdicts_follow_their_rule(accs, verdict):
-    entropy = [0.5, 0.5, 0.5]
-    points = {f"grpo ent={e:g}": _point(f"grpo ent={e:g}", "grpo", e, sampled=a, entropy_end=entropy)
-              for e, a in zip((0.0, 1e-3, 1e-2), accs)}
-    got, text, rule = CLAIMS["H6"].verdict(points, {"heldout/sampled": 0.2})
-    assert got == verdict and "entropy coef 0.01" in text and rule
+def test_H8_verdict_follows_its_paired_rule(shift, verdict):
+    points = _points("H8", **{"dapo clip_high=0.2": {"entropy_end": SPREAD},
+                              "dapo clip_high=0.28": {"entropy_end": [a + d for a, d in zip(SPREAD, shift)]}})
+    got, text, rule, (t,) = CLAIMS["H8"].verdict(points, BASE, 21)
+    assert got == verdict and "nats/token" in text and rule
+    assert t["d"] == pytest.approx(shift)
 
 
-def test_clear_difference_needs_twice_the_standard_error():
-    a, b = stats([0.30, 0.32, 0.31]), stats([0.20, 0.22, 0.21])
-    d, bar = diff(a, b)
-    assert d == pytest.approx(0.10) and bar == pytest.approx(2 * math.hypot(a["se"], b["se"]))
-    assert clear(d, bar) == 1 and clear(-d, bar) == -1
-    assert clear(0.001, bar) == 0 and clear(math.nan, bar) == 0
+def test_bonferroni_over_the_table_raises_the_bar():
+    from minirl.study.power import compare
+
+    a, b = [0.20, 0.21, 0.19, 0.20, 0.22], [0.22, 0.215, 0.215, 0.21, 0.23]  # +1.4 points, sd 0.8
+    one, table = compare(a, b, tests=1), compare(a, b, tests=21)
+    assert one["sign"] == 1 and table["sign"] == 0 and table["bar"] > 2 * one["bar"]
+    assert table["mde"] > one["mde"] > 0
+
+
+@pytest.mark.parametrize("ds_minus_nods, verdict", [
+    (-0.01, "supported"),  # no help: DS a point worse
+    (0.10, "not supported"),  # DS clearly 10 points better
+    (0.025, "inconclusive"),  # maybe a help of 2.5 points: the upper bound is past the 3-point margin
+])
+def test_H3_no_help_is_an_equivalence_rule(ds_minus_nods, verdict):
+    noise = [0.0, 0.012, -0.012, 0.006, -0.006]  # sd 0.95 points: the bar is 2.9 points
+    points = _points("H3", **{"dapo-noDS": {"sampled": SPREAD},
+                              "dapo": {"sampled": [a + ds_minus_nods + e for a, e in zip(SPREAD, noise)]}})
+    assert CLAIMS["H3"].verdict(points, BASE, 21)[0] == verdict
 
 
 def test_report_never_erases_results_made_by_another_code_version(tmp_path, monkeypatch):
@@ -144,6 +204,7 @@ def test_pilot_on_the_steps_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
     assert study.main(["--pilot", "--scale", "steps", "--smoke", "--seeds", "2", "--out", str(out), "--device", "cpu"]) == 0
     result = json.loads((out / "pilot.json").read_text())
     assert result["scale"] == "steps-smoke" and set(result["runs"]) == {"grpo", "ppo"}
+    assert [r["seed"] for r in result["runs"]["grpo"]] == [0, 1]  # not the registered study's seeds (10..)
     run = result["runs"]["grpo"][0]
     assert {"heldout/sampled", "transfer4/sampled", "range/sampled"} <= set(run["final"])
     assert run["eval_seconds"] >= 0

@@ -1,7 +1,7 @@
 """Recorded sweeps for the exercises and the lessons' panels.
 
     python -m minirl.course.sweeps lr --out minirl/assets/sweeps/lr_sweep.json     # exercise 7
-    python -m minirl.course.sweeps lessons --study benchmarks/study                 # lessons 05-07 (from the study)
+    python -m minirl.course.sweeps lessons --study benchmarks/study_compact  # lessons 05-07 (compact-study runs)
 
 The learning-rate sweep trains every algorithm's preset from the shipped policy at each learning rate
 (seed 0, one run at a time, in this process) and writes one small JSON file. Per run it stores the config,
@@ -116,26 +116,40 @@ def load_sweep(path: str | Path = RECORDED_LR_SWEEP) -> list[Run]:
     return runs
 
 
-# Lessons 05-07: which study points each panel shows from the start (seed 0): a study claim's points plus a
-# few of the lesson's own, as (preset, RLConfig overrides, label). Every one is a configuration the panel can
-# reproduce with its sliders (study base config + slider values), so a click on it is answered from the file.
+# Lessons 05-07: which points each panel shows from the start (seed 0), trained at the compact study's scale
+# (benchmarks/study_compact): its sweeps of lr, group size and clip-higher plus a few of the lesson's own, as
+# (preset, RLConfig overrides, label). Every one is a configuration the panel can reproduce with its sliders
+# (study base config + slider values), so a click on it is answered from the file.
+LR_MULTIPLIERS = (10 ** -0.5, 1.0, 10 ** 0.5, 10.0)  # 3.2e-5 .. 1e-3: the lesson's log slider values 10^(k/10)
+
+
+def _study_points(name: str) -> list:
+    from ..study import Point
+
+    if name == "lr":
+        return [Point(f"{a} lr x{m:.3g}", a, {"lr_x": m}, a, m) for a in ("ppo", "grpo", "dapo") for m in LR_MULTIPLIERS]
+    if name == "group":
+        return [Point(f"{a} G={g}", a, {"group_size": g}, a, g) for a in ("grpo", "dapo") for g in (2, 4, 8, 16)]
+    return [Point(f"dapo clip_high={h:g}", "dapo", {"clip_high": h}, "dapo", h) for h in (0.2, 0.28)]
+
+
 LESSON_SWEEPS = {
-    "lr": ("lesson05_lr.json", "learning rate: ppo, grpo, dapo at 3.2e-5 .. 1e-3 (study claim H7)", "H7", ()),
-    "group": ("lesson06_batch_group.json", "group size G 2..16 (grpo, dapo; study claim H1) and batch size B "
-              "2..16 (grpo, G 8)", "H1", tuple(("grpo", {"batch_size": b}, f"grpo B={b}") for b in (2, 4, 16))),
-    "clip": ("lesson07_clip.json", "dapo clipping: symmetric 0.1/0.2/0.3 and clip-higher 0.2/0.28 (study claim H8)",
-             "H8", tuple(("dapo", {"clip_low": c, "clip_high": c}, f"dapo clip={c:g}/{c:g}") for c in (0.1, 0.3))),
+    "lr": ("lesson05_lr.json", "learning rate: ppo, grpo, dapo at 3.2e-5 .. 1e-3 (the compact study's H7)", ()),
+    "group": ("lesson06_batch_group.json", "group size G 2..16 (grpo, dapo; the compact study's H1) and batch size "
+              "B 2..16 (grpo, G 8)", tuple(("grpo", {"batch_size": b}, f"grpo B={b}") for b in (2, 4, 16))),
+    "clip": ("lesson07_clip.json", "dapo clipping: symmetric 0.1/0.2/0.3 and clip-higher 0.2/0.28 (the compact "
+             "study's H8)", tuple(("dapo", {"clip_low": c, "clip_high": c}, f"dapo clip={c:g}/{c:g}") for c in (0.1, 0.3))),
 }
 
 
 def lesson_sweep(name: str, study_dir: Path, out_dir: Path = LESSON_DIR, seed: int = 0, threads: int | None = None) -> dict:
     """Write the lesson sweep `name` from the study's run folders, training (seed 0) any point not there yet."""
-    from ..study import CLAIMS, SCALES, Point, run_point
+    from ..study import SCALES, Point, run_point
 
     if threads:
         torch.set_num_threads(threads)
-    file, what, claim, extras = LESSON_SWEEPS[name]
-    points = list(CLAIMS[claim].points) + [Point(label, preset, over) for preset, over, label in extras]
+    file, what, extras = LESSON_SWEEPS[name]
+    points = _study_points(name) + [Point(label, preset, over) for preset, over, label in extras]
     record = {"what": what, "command": f"python -m minirl.course.sweeps lessons --only {name} --study {study_dir}",
               "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
               "code_version": code_version(), "torch": torch.__version__, "runs": []}
@@ -174,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-n", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
     q = sub.add_parser("lessons", help="the lessons' panel sweeps, from a `python -m minirl study` folder")
-    q.add_argument("--study", type=Path, default=Path("benchmarks/study"), help="the study's --out folder")
+    q.add_argument("--study", type=Path, default=Path("benchmarks/study_compact"),
+                   help="the compact study's --out folder (its run folders)")
     q.add_argument("--only", default=",".join(LESSON_SWEEPS), help="comma-separated: " + ", ".join(LESSON_SWEEPS))
     q.add_argument("--out", type=Path, default=LESSON_DIR, help="folder for the lesson JSON files")
     q.add_argument("--threads", type=int, default=None)

@@ -1,17 +1,20 @@
 """`python -m minirl study`: re-test the findings of Lian 2025 (arXiv 2512.07611) at small scale.
 
-The paper trained Qwen2.5-1.5B-Instruct on Countdown with PPO, GRPO and DAPO. Here every claim (H1..H9) is
-a sweep of a few points (a preset plus overrides), each trained from the same base policy with several
-seeds, one run at a time:
+The paper trained Qwen2.5-1.5B-Instruct on Countdown with PPO, GRPO and DAPO. Here every claim (H1..T) is a
+few points (a preset plus overrides) with registered paired tests, each point trained from the same base
+policy with the same seed list, one run at a time:
 
-    python -m minirl study                         # every claim, 3 seeds, the tiny policy on this CPU
-    python -m minirl study --only H1 --seeds 3     # one claim
+    python -m minirl study                         # every claim, 5 seeds, the worked-steps task on this CPU
+    python -m minirl study --only H8               # one claim
+    python -m minirl study --task compact          # the same claims on the compact task (the older study)
+    python -m minirl study --pilot --seeds 2       # size a study: paired sds and minimum detectable effects
     python -m minirl study --scale gpu --model Qwen/Qwen2.5-0.5B-Instruct --device cuda   # a real model
 
 Every (point, seed) is a run folder `<out>/runs/<run_key>` with its final evaluation in `study.json`; a killed
-study continues with the first run that has none. The report: results/<claim>.json, figures/<claim>.png and
-STUDY.md. The files, in import order: points.py (Scale, Point, Claim), stats.py (when a difference is clear),
-claims.py (H1..H9, each with its points, rule and figure), jobs.py (the runs), report.py, cli.py.
+study continues with the first run that has none. The report: results/<claim>.json, figures/<claim>.png (training
+curves) and <claim>_paired.png (per-seed differences), STUDY.md. The files, in import order: points.py (Scale,
+Point, Claim), power.py (paired t-tests, MDE), claims.py (each claim with its points, tests and rule), jobs.py
+(the runs), report.py, pilot.py, cli.py.
 """
 
 from .claims import CLAIMS, claim

@@ -14,6 +14,8 @@ from .claims import CLAIMS
 from .jobs import run_study
 from .pilot import run_pilot
 from .points import SCALES
+
+TASK_SCALES = {"steps": "steps", "compact": "cpu"}  # --task -> the scale its study runs at
 from .report import write_report
 
 
@@ -21,9 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m minirl study", description=OVERVIEW,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=None, help=f"comma-separated claims to run, from {list(CLAIMS)}")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per point (>= 3 for the verdicts)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per point (the registered study: 5)")
     parser.add_argument("--out", type=Path, default=Path("study"), help="folder for runs/, results/, figures/, STUDY.md")
-    parser.add_argument("--scale", default="cpu", choices=sorted(SCALES), help="cpu (the tiny policy) or gpu")
+    parser.add_argument("--task", default="steps", choices=list(TASK_SCALES), help="steps: worked steps and their shipped "
+                        "policy (the registered study); compact: an expression answer, the tiny policy (the older study)")
+    parser.add_argument("--scale", default=None, choices=sorted(SCALES), help="a scale by name, instead of --task's "
+                        "(gpu: an instruct model on one GPU)")
     parser.add_argument("--model", default=None, help="a folder or hub id replacing the scale's model")
     parser.add_argument("--smoke", action="store_true", help="two-step runs on a few problems (tests)")
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
@@ -37,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not claims:
         parser.error(f"--only {args.only!r} is not allowed: choose from {list(CLAIMS)}")
     if args.seeds < 1:
-        parser.error(f"--seeds {args.seeds} is not allowed: use an integer >= 1 (3 or more for verdicts)")
-    scale = SCALES[args.scale]
+        parser.error(f"--seeds {args.seeds} is not allowed: use an integer >= 1 (2 or more for verdicts)")
+    scale = SCALES[args.scale or TASK_SCALES[args.task]]
     if args.model:
         scale = dataclasses.replace(scale, model=args.model)
     if args.smoke:

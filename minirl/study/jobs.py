@@ -3,7 +3,7 @@
 Every job is trained from the same base policy, one at a time, into `<out>/runs/<run_key>`: the same key as the
 run cache, so a folder names exactly one (policy, task, config, code version). Next to config.json, metrics.jsonl
 and the checkpoint it holds `study.json` with the final evaluation: greedy and sampled accuracy on the held-out
-3-number split and on 4-number Countdown, a task it never trained on (the paper's transfer test, in miniature).
+3-number split and, for the algorithms' default runs, sampled accuracy on shifts it never trained on (SHIFTS).
 A folder with a `study.json` is done; a killed study starts again at the first job without one. When the RL
 core changes, every key changes and the study trains again: results always come from the code that ships.
 """
@@ -47,23 +47,47 @@ def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
     return Path(runs_root) / run_key(policy_name(scale), task_identity(point.task(scale)), point.config(scale, seed))
 
 
+class AboveTraining:
+    """The problems of `task` that hold at least one number above `trained_max`: numbers the policy never saw in
+    training (it trained on 1-12). Everything else (prompts, scoring, budget) is `task`'s."""
+
+    def __init__(self, task, trained_max: int):
+        self.task, self.trained_max = task, trained_max
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def problems(self, split: str, n: int, seed: int = 0) -> list:
+        # with numbers 1-20, about 1 - (12/20)^3 = 78 % of problems qualify: 2n draws are enough
+        drawn = self.task.problems(split, 2 * n, seed=seed)
+        kept = [p for p in drawn if max(p.answer["numbers"]) > self.trained_max][:n]
+        if len(kept) < n:
+            raise ValueError(f"AboveTraining: only {len(kept)} of {2 * n} problems have a number above "
+                             f"{self.trained_max}; ask for fewer than n={n}")
+        return kept
+
+
 # the final evaluations: the held-out split of the trained task, and shifts it never trained on (the paper's
-# transfer test, in miniature): 4 numbers instead of 3; on the steps task also numbers from 13-24 instead of 1-12
-SHIFTS = {"heldout": dict(num_count=3), "transfer4": dict(num_count=4), "range": dict(number_range=(13, 24))}
+# transfer test, in miniature): 4 numbers instead of 3; on the steps task also numbers 1-20 with at least one
+# above the training range 1-12 (a range of only unseen numbers, 13-24, is 0 % for every policy: the pilot)
+SHIFTS = {"heldout": dict(num_count=3), "transfer4": dict(num_count=4), "range": dict(number_range=(1, 20))}
+TRAINED_MAX = 12  # CountdownSteps' default number_range is (1, 12)
 
 
 def final_evaluation(policy, point: Point, scale: Scale, config: RLConfig) -> dict:
-    """Greedy and sampled accuracy (scale.eval_k samples per problem) on each of SHIFTS (`scale.eval_n` held-out
-    problems, `scale.shift_n` of each shift).
-    Every run and the base policy are evaluated on the same problems with the same sampling seed (evaluate's
-    seed 0), so differences between arms are paired down to the random numbers of the evaluation."""
+    """Held-out accuracy, greedy and sampled (scale.eval_k samples per problem; `scale.eval_n` problems), and for
+    a `transfer` point sampled accuracy on each shift (`scale.shift_n` problems).
+    The evaluation seed is the run's seed: every arm of seed s and the base policy's evaluation for seed s see the
+    same problems and the same sampling seed, so differences between arms are paired down to the evaluation."""
     out = {}
     for name, shift in SHIFTS.items():
-        if name == "range" and scale.task != "steps":
-            continue  # the compact study keeps the two evaluations it was run with
+        if (name != "heldout" and not point.transfer) or (name == "range" and scale.task != "steps"):
+            continue  # the compact task has no numbers-above-12 shift
         task, n = point.task(scale, **shift), scale.eval_n if name == "heldout" else scale.shift_n
-        for mode, greedy in (("greedy", True), ("sampled", False)):
-            m = evaluate(policy, task, n=n, greedy=greedy, k=1 if greedy else scale.eval_k,
+        if name == "range":
+            task = AboveTraining(task, TRAINED_MAX)
+        for mode, greedy in (("greedy", True), ("sampled", False)) if name == "heldout" else (("sampled", False),):
+            m = evaluate(policy, task, n=n, greedy=greedy, k=1 if greedy else scale.eval_k, seed=config.seed,
                          temperature=config.temperature, max_new_tokens=config.max_new_tokens, progress=False)
             out[f"{name}/{mode}"] = m["accuracy"]
             out[f"{name}/{mode}_numbers_ok"] = m.get("rate/numbers_ok")
@@ -99,8 +123,9 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
     _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False) + "\n")
     if verbose:
         f = record["final"]
+        shifts = "".join(f"  {k.split('/')[0]} {v:.3f}" for k, v in f.items() if k.endswith("/sampled") and "held" not in k)
         print(f"  {point.label:24s} seed {seed}: {seconds:5.1f} s  held-out sampled {f['heldout/sampled']:.3f} "
-              f"greedy {f['heldout/greedy']:.3f}  4-number {f['transfer4/sampled']:.3f}"
+              f"greedy {f['heldout/greedy']:.3f}{shifts}"
               + (f"  [{error[:50]}]" if error else ""), flush=True)
     return path
 
@@ -108,13 +133,16 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
 def plan(claims: list[str], scale: Scale, seeds: int) -> list[tuple[Point, int]]:
     """Every (point, seed) the claims need, seed by seed (so an early stop still covers every claim), without
     repeating a configuration two claims share (H4's GRPO is H1's GRPO G=8, ...)."""
-    jobs, seen = [], set()
-    for seed in range(seeds):
+    jobs, seen = [], {}
+    for seed in scale.seeds(seeds):
         for name in claims:
             for point in CLAIMS[name].points:
                 folder = run_folder(point, scale, seed, Path())
+                if folder in seen and seen[folder].transfer != point.transfer:
+                    raise ValueError(f"points {seen[folder].label!r} and {point.label!r} train the same run but "
+                                     "disagree on transfer: give both the same value")
                 if folder not in seen:
-                    seen.add(folder)
+                    seen[folder] = point
                     jobs.append((point, seed))
     return jobs
 

@@ -2,7 +2,7 @@
 
     python -m minirl study --pilot --scale steps --seeds 2 --out runs/pilot
 
-Trains GRPO, PPO and DAPO at the scale's defaults for each seed (resumable, like the study), then prints per run
+Trains GRPO, PPO and DAPO at the scale's defaults for seeds 0, 1, ... (resumable, like the study), then prints per run
 its training and evaluation seconds and its held-out pass@1; per pair of arms the paired differences over seeds
 and their standard deviation; and from that sd (power.py) the minimum detectable effect at 5 seeds and the seeds
 a 3-point MDE would need, for one test and with the alpha split over 10 tests. Writes <out>/pilot.json. Two seeds
@@ -11,9 +11,11 @@ give the sd one degree of freedom: a rough size, which is all a pilot is for.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -23,20 +25,21 @@ from .points import Point, Scale
 from .power import mde, paired, seeds_for
 from .report import base_numbers
 
-ARMS = tuple(Point(a, a, {}, "algorithm", a) for a in ("grpo", "ppo", "dapo"))
+ARMS = tuple(Point(a, a, {}, "algorithm", a, transfer=True) for a in ("grpo", "ppo", "dapo"))
 METRICS = ("heldout/sampled", "transfer4/sampled", "range/sampled")  # pass@1 estimates, k = scale.eval_k
 
 
 def run_pilot(scale: Scale, seeds: int, out: Path, device: str | None = None, target: float = 0.03) -> dict:
     out = Path(out)
+    scale = dataclasses.replace(scale, seed0=0)  # seeds 0, 1, ...: the registered study starts at scale.seed0
     t0 = time.perf_counter()
-    for seed, arm in itertools.product(range(seeds), ARMS):
+    for seed, arm in itertools.product(scale.seeds(seeds), ARMS):
         run_point(arm, scale, seed, out / "runs", device)
-    base = base_numbers(out, scale)
+    base = base_numbers(out, scale, seeds)  # one evaluation per seed, with that seed's draws
     records = {arm.label: [json.loads((run_folder(arm, scale, s, out / "runs") / STUDY_FILE).read_text())
-                           for s in range(seeds)] for arm in ARMS}
+                           for s in scale.seeds(seeds)] for arm in ARMS}
     print(f"\npilot: {seeds} seeds x {len(ARMS)} arms at scale {scale.name}, {time.perf_counter() - t0:.0f} s "
-          f"(base held-out sampled {100 * base['heldout/sampled']:.1f} %)")
+          f"(base held-out sampled {100 * statistics.fmean(base['heldout/sampled']):.1f} %)")
     print(f"{'arm':6s} {'seed':>4s} {'train s':>8s} {'eval s':>7s}  " + "  ".join(f"{m:>18s}" for m in METRICS))
     for label, recs in records.items():
         for r in recs:
@@ -44,9 +47,8 @@ def run_pilot(scale: Scale, seeds: int, out: Path, device: str | None = None, ta
             print(f"{label:6s} {r['seed']:4d} {r['train_seconds']:8.1f} {r.get('eval_seconds', math.nan):7.1f}  "
                   + "  ".join(f"{100 * f.get(m, math.nan):17.1f}%" for m in METRICS))
     pairs = {}
-    # against the base policy, evaluated once: its value stands in for every seed, so the sd is the arm's own
-    rows = [(f"{a.label} - base", [r["final"][m] for r in records[a.label]], [base[m]] * seeds, m)
-            for a in ARMS for m in METRICS]
+    # against the base policy, evaluated with each seed's draws: paired like two arms
+    rows = [(f"{a.label} - base", [r["final"][m] for r in records[a.label]], base[m], m) for a in ARMS for m in METRICS]
     rows += [(f"{b.label} - {a.label}", [r["final"][m] for r in records[b.label]],
               [r["final"][m] for r in records[a.label]], m) for a, b in itertools.combinations(ARMS, 2) for m in METRICS]
     print(f"\n{'difference':14s} {'metric':18s} {'per seed (points)':>24s} {'sd':>6s} {'MDE n=5':>8s} "

@@ -17,7 +17,8 @@ from ..tasks.steps import CountdownSteps
 
 @dataclass(frozen=True)
 class Scale:
-    """How big every run of the study is. `cpu` is what the committed results used."""
+    """How big every run of the study is. `steps` is the registered study (benchmarks/study), `cpu` the older
+    compact-task one (benchmarks/study_compact)."""
 
     name: str
     model: str | None = None  # None = the task's shipped tiny policy; else a folder or hub id for load_policy
@@ -26,7 +27,7 @@ class Scale:
     eval_every: int = 40  # held-out evaluation every this many steps (and at the end)
     eval_n: int = 300  # held-out problems per evaluation (greedy and sampled)
     eval_k: int = 1  # final evaluation: sampled completions per problem (its accuracy estimates pass@1 from k)
-    shift_n: int = 300  # final evaluation: problems of each shifted task (4 numbers; steps: an unseen range)
+    shift_n: int = 300  # final evaluation: problems of each shifted task (4 numbers; steps: numbers above 12 too)
     batch_size: int = 8  # prompts per step for the group methods (PPO: batch_size * group_size prompts, G = 1)
     group_size: int = 8  # completions per prompt (G) unless a claim varies it
     lr: float = 1e-4  # base learning rate; H7 sweeps 0.3x .. 10x of it
@@ -35,21 +36,28 @@ class Scale:
     mixed_precision: str = "no"  # "bf16" on a GPU
     micro_batch_size: int = 0  # rows per forward/backward (0 = whole minibatch)
     dtype: str | None = None  # load_policy dtype of the weights (None: its default; "float32" to train with small lrs)
+    seed0: int = 0  # the first seed: a study of n seeds runs seeds seed0 .. seed0 + n - 1
+
+    def seeds(self, n: int) -> range:
+        """The seed list every arm of the study runs (the same list for every arm: differences are paired)."""
+        return range(self.seed0, self.seed0 + n)
 
     def smoke(self) -> "Scale":
         """The same model and prompts, but runs of two steps on a handful of problems (tests, CI)."""
         return dataclasses.replace(self, name=self.name + "-smoke", steps=2, eval_every=0, eval_n=4, shift_n=4,
                                    eval_k=min(self.eval_k, 2), batch_size=2,
-                                   group_size=2, micro_batch_size=0, max_new_tokens=min(self.max_new_tokens, 24))
+                                   group_size=4, micro_batch_size=0, max_new_tokens=min(self.max_new_tokens, 24))
 
 
 SCALES = {
-    # 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores: the committed study.
+    # The compact task and the tiny policy: 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores (the older
+    # study, benchmarks/study_compact; `--task compact`).
     "cpu": Scale("cpu"),
-    # The worked-steps task and its shipped policy: 64-token answers; at the end of a run the whole held-out split
-    # (1 158 problems) with 4 samples each, and 500 problems of each shift.
+    # The worked-steps task and its shipped policy (the default study): 64-token answers; at the end of a run the
+    # whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds from 10, so
+    # that no run of the registered study repeats a pilot run (seeds 0, 1).
     "steps": Scale("steps", task="steps", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500,
-                   max_new_tokens=64),
+                   max_new_tokens=64, seed0=10),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
@@ -68,7 +76,8 @@ class Point:
     # its steps (a longer run, evaluated twice as often)
     series: str = ""  # the line this point belongs to (e.g. the algorithm)
     x: float | str = ""  # its position on that line (e.g. G = 8)
-    reward_scheme: str = "binary"  # Countdown reward: binary 0/1, tinyzero 0/0.1/1, dapo -1/+1
+    reward_scheme: str = "binary"  # Countdown reward: binary 0/1, tinyzero 0/0.1/1 (steps task: per_step), dapo -1/+1
+    transfer: bool = False  # its final evaluation also covers the shifted tasks (jobs.SHIFTS)
 
     def config(self, scale: Scale, seed: int) -> RLConfig:
         over = dict(self.overrides)
@@ -103,6 +112,7 @@ class Claim:
     title: str
     expectation: str  # what we expect to see if the finding holds here
     points: tuple[Point, ...]
-    verdict: Callable  # (points, base) -> (verdict, what we measured, the rule in words); see claims.py
-    figure: tuple[str, str]  # the two metrics its figure shows, one panel each
+    verdict: Callable  # (points, base, m) -> (verdict, what we measured, the rule in words, tests); claims.py
+    figure: tuple[str, ...]  # the training metrics its figure shows, one panel each
     x: str = "step"  # the figure's x axis: "step" or "samples"
+    tests: int = 1  # paired tests its rule makes (the table's Bonferroni divisor is their sum over claims)

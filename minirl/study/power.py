@@ -72,3 +72,15 @@ def seeds_for(target: float, sd: float, alpha: float = 0.05, power: float = 0.8,
         if mde(sd, n, alpha, power, tests) <= target:
             return n
     return at_most
+
+
+def compare(a: list[float], b: list[float], tests: int, alpha: float = 0.05, power: float = 0.8) -> dict:
+    """The paired test of a verdict: b - a seed by seed, clear at level alpha / tests (Bonferroni over the `tests`
+    of the whole table). {"d", "mean", "sd", "n", "se", "bar", "mde", "sign"}: sign +1 / -1 when the mean is
+    beyond +-bar, 0 when it is within it (or there are fewer than two seeds); mde from the seeds' own sd."""
+    out = paired(a, b)
+    out["bar"] = bar(out["se"], out["n"], alpha, tests)
+    out["mde"] = mde(out["sd"], out["n"], alpha, power, tests)
+    ok = math.isfinite(out["mean"]) and math.isfinite(out["bar"])
+    out["sign"] = 0 if not ok else 1 if out["mean"] > out["bar"] else -1 if out["mean"] < -out["bar"] else 0
+    return out
