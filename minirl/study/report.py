@@ -225,7 +225,7 @@ def _cell(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
 
 def _section(claim, points, verdict, rule, measured, command, complete) -> str:
     lines = [f"## {claim.name} · {claim.title}", "", f"**Expectation (the paper):** {claim.expectation}.", "",
-             f"**Verdict: {verdict}.** Registered rule: {rule}. `{command}`", ""]
+             f"**Verdict: {verdict}.** Registered rule: {rule}. `{command}`{_cost(points)}", ""]
     if complete:
         lines += [f"![{claim.name}](figures/{claim.name}.png)", "", f"![{claim.name} paired](figures/{claim.name}_paired.png)", ""]
     lines += ["| point | seeds | held-out pass@1 % (per seed) | greedy % | 4-number % | numbers 1-20 % | entropy (end) "
@@ -240,6 +240,13 @@ def _section(claim, points, verdict, rule, measured, command, complete) -> str:
                      f"{_cell(s['transfer4'])} | {_cell(s['range'])} | {_cell(s['entropy_end'], 1, 3)} | "
                      f"{_cell(s['length_end'], 1)} | {_cell(s['seconds'], 1, 0)} | {_cell(s['eval_seconds'], 1, 0)} |")
     return "\n".join(lines + ["", measured, ""])
+
+
+def _cost(points: dict) -> str:
+    """' (from scratch: 12.3 min)': what `--only` costs when none of the claim's runs exist yet (train + eval)."""
+    seconds = [v for p in points.values() for k in ("seconds", "eval_seconds") for v in p["numbers"].get(k, [])
+               if math.isfinite(v)]
+    return f" (from scratch: {sum(seconds) / 60:.1f} min of training and evaluation)" if seconds else ""
 
 
 def _recorded(records: list[dict], key: str) -> str:
