@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -155,6 +156,30 @@ def test_held_out_split_has_over_a_thousand_distinct_problems() -> None:
     test = CountdownSteps().problems("test", 1000, seed=0)
     assert len({p.key for p in test}) == 1000
     assert all(in_test_split(p.key, 0.25) for p in test)
+
+
+def _held_out_keys_by_enumeration() -> set[str]:
+    """Every test key of the default task, found by trying all 2-step chains over all 3-number multisets."""
+    def results(a: int, b: int) -> set[int]:
+        return {a + b, abs(a - b), a * b}
+    keys = set()
+    for numbers in itertools.combinations_with_replacement(range(1, 13), 3):
+        targets = set()
+        for i, j, k in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
+            for c in results(numbers[i], numbers[j]):
+                targets |= results(c, numbers[k])
+        keys |= {f"{numbers[0]},{numbers[1]},{numbers[2]}|{t}" for t in targets if 1 <= t <= 999}
+    return {key for key in keys if in_test_split(key, 0.25)}
+
+
+@pytest.mark.parametrize("seed", [3, 13])  # seeds whose last new problem took > 20 000 draws in a row
+def test_the_whole_held_out_split_can_be_drawn_and_no_more(seed: int) -> None:
+    split = _held_out_keys_by_enumeration()
+    assert len(split) == 1158  # the size the study evaluates on (SCALES["steps"].eval_n)
+    assert {p.key for p in CountdownSteps().problems("test", len(split), seed=seed)} == split
+    if seed == 3:
+        with pytest.raises(ValueError, match=r"n=1159\) found only 1158 distinct problems"):
+            CountdownSteps().problems("test", len(split) + 1, seed=seed)
 
 
 @pytest.mark.parametrize("num_count", [3, 4])
