@@ -127,3 +127,13 @@ def test_absolute_path_pattern_catches_what_it_should():
         assert ABSOLUTE_PATH.search(text), text
     for text in ("minirl/assets/sweeps/lr_sweep.json", "lr 3e-4 / 1e-3", "1/2", "benchmarks/study/runs"):
         assert not ABSOLUTE_PATH.search(text), text
+
+
+def test_readme_holds_the_study_table_of_the_committed_results():
+    """README's table of the paper's claims is `summary_table` of benchmarks/study/results, row for row."""
+    from minirl.study import CLAIMS
+    from minirl.study.report import summary_table
+
+    results = [json.loads((ROOT / "benchmarks" / "study" / "results" / f"{name}.json").read_text(encoding="utf-8"))
+               for name in CLAIMS]
+    assert summary_table(results) in (ROOT / "README.md").read_text(encoding="utf-8")

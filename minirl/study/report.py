@@ -22,6 +22,16 @@ from .power import t_quantile
 # The commit that registered the claims, points, metric and rules below before any of the study's runs.
 REGISTERED = "commit d5a58a9 (benchmarks/study/REGISTRATION.md)"
 
+# Every change after registration, said where the results are read. Rules, points, metric and seeds: none.
+DEVIATIONS = (
+    "the code changed once: drawing the whole held-out split crashed in seed 13's final "
+    "evaluation (CountdownSteps gave up after 20 000 draws in a row that found no new problem, and the rarest of "
+    "the 1158 test problems has p = 6.6e-5 per draw), so commit 861c879 raised the limit to 200 000. That change "
+    "altered the code version, so all 45 runs were redone under the one version named below; seeds 10-12, done "
+    "before the change, came out the same to the printed digit (e.g. G 2, seed 10: 17.5 %). The claims, points, "
+    "metric, seeds and verdict rules are as registered"
+)
+
 # ----------------------------------------------------------------------------- numbers per run and per point
 
 def _tail(values: list[float], frac: float = 0.1) -> float:
@@ -144,7 +154,8 @@ def draw_differences(claim: Claim, tests: list[dict], file: Path) -> None:
 
 
 def _round(v):
-    return None if v is None or not math.isfinite(v) else round(v, 5)
+    # 8 digits: README and lesson 08 print from these files, STUDY.md from the unrounded values; both must agree
+    return None if v is None or not math.isfinite(v) else round(v, 8)
 
 
 def _jsonable(points: dict, seeds: list[int]) -> list[dict]:
@@ -186,17 +197,32 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
             draw_differences(claim, tests, out / "figures" / f"{name}_paired.png")
         for i, t in enumerate(tests or [None]):
             head = f"{name} {claim.title}" if i == 0 else ""
-            cells = ["", "", "", ""] if t is None else [
+            cells = ["", "", "", "", ""] if t is None else [
                 f"{t['name']}: {t['metric']}", f"{t['scale'] * t['mean']:+.2f} ± {t['scale'] * t['se']:.2f}",
-                f"± {t['scale'] * t['bar']:.2f}", f"{t['scale'] * t['mde']:.2f} {t['unit']}"]
+                f"± {t['scale'] * t['bar']:.2f}", f"{t['scale'] * t['mde']:.2f} {t['unit']}",
+                "yes" if t["sign"] else "no"]
             rows.append(f"| {head} | {rule if i == 0 else ''} | " + " | ".join(cells)
-                        + f" | {'**' + verdict + '**' if i == 0 else ('clear' if t and t['sign'] else '')} |")
+                        + f" | {'**' + verdict + '**' if i == 0 else ''} |")
         sections.append(_section(claim, points, verdict, rule, measured, command, complete))
     records = list(records.values())
     md = "\n".join(_intro(base, scale, seeds, records, m) + rows + [""] + sections) + _caveats(records, scale, seeds)
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/ for {', '.join(claims)}")
     return md
+
+
+def summary_table(results: list[dict]) -> str:
+    """README's table: one row per claim of the results/<claim>.json dicts, every test as difference ± se (MDE).
+    tests/test_docs.py checks that README.md holds exactly this table for the committed results."""
+    rows = ["| claim | registered rule | paired difference ± SE (MDE); clear ones in bold | verdict |", "|---|---|---|---|"]
+    for r in results:
+        cells = []
+        for t in r["tests"]:
+            k = t["scale"]
+            text = f"{t['name']}, {t['metric']}: {k * t['mean']:+.2f} ± {k * t['se']:.2f} ({k * t['mde']:.2f} {t['unit']})"
+            cells.append(f"**{text}**" if t["sign"] else text)
+        rows.append(f"| {r['claim']} {r['title']} | {r['rule']} | {'<br>'.join(cells)} | {r['verdict']} |")
+    return "\n".join(rows) + "\n"
 
 
 def _flags(scale: Scale) -> str:
@@ -269,6 +295,7 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict], m: int) ->
         f"lr {scale.lr:g}; seeds {seed_list[0]}..{seed_list[-1]} for every point). Every number below comes from the "
         f"runs of `python -m minirl study --seeds {seeds}{_flags(scale)}`; one claim: `--only H1` (and so on).", "",
         f"- **Registered.** The claims, points, metrics and verdict rules were committed before any run: {REGISTERED}.",
+        f"- **After registration**, {DEVIATIONS}.",
         f"- **Metric.** Held-out pass@1: the sampled (T = 1) accuracy over {scale.eval_k} samples of each of "
         f"{scale.eval_n} held-out problems, unless a test names another metric.",
         "- **Paired.** Every arm of seed s trains on the same prompts per step where the batch shapes agree (PPO "
@@ -288,8 +315,8 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict], m: int) ->
         f"greedy {mean('heldout/greedy'):.1f} %; 4-number {mean('transfer4/sampled'):.1f} %"
         + (f"; numbers 1-20 (at least one above 12) {mean('range/sampled'):.1f} %." if "range/sampled" in base else "."),
         "",
-        "| claim | registered rule | test: metric | paired difference ± SE | clear beyond | MDE | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | registered rule | test: metric | paired difference ± SE | clear beyond | MDE | clear | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
 
@@ -303,6 +330,9 @@ def _caveats(records: list[dict], scale: Scale, seeds: int) -> str:
              f"{scale.max_new_tokens} tokens. *Inconclusive* means no difference larger than the MDE in its row, "
              "not that the paper is wrong; a verdict here says what this small setting shows.",
              f"- **Seeds.** {seeds} seeds per point: the standard errors have {seeds - 1} degrees of freedom.",
+             "- **Cost of one claim.** `--only` runs only what is not cached: after the whole study, it rewrites the "
+             "report in seconds; from scratch it costs the minutes given under each claim (claims share runs, so "
+             "the sum over claims is more than the whole study's).",
              "- **Runs that stopped early** (dynamic sampling exhausted or a diverged loss) are results, evaluated "
              f"where they stopped: {', '.join(failed) if failed else 'none'}."]
     return "\n".join(lines) + "\n"
