@@ -325,7 +325,7 @@ def _caveats(records: list[dict], scale: Scale, seeds: int) -> str:
     if not records:
         return ""
     failed = sorted({r["point"] for r in records if r.get("error")})
-    lines = ["## Reading these verdicts", "",
+    lines = ["", "## Reading these verdicts", "",
              f"- **Scale.** Each run is {scale.steps} steps of a ~1 M-parameter model on answers of up to "
              f"{scale.max_new_tokens} tokens. *Inconclusive* means no difference larger than the MDE in its row, "
              "not that the paper is wrong; a verdict here says what this small setting shows.",
