@@ -201,6 +201,8 @@ def config_from_args(args, task=None):
 
 
 def cmd_train(args) -> int:
+    from accelerate import PartialState
+
     from . import load_policy
     from .card import trained_card
     from .checkpoint import CHECKPOINT, POLICY
@@ -214,6 +216,8 @@ def cmd_train(args) -> int:
     cache = None if args.no_cache or args.run_dir else RunCache(args.cache)
     run = train(policy, task, config, run_dir=args.run_dir, resume=args.resume, cache=cache,
                 progress=not args.quiet)
+    if not PartialState().is_main_process:  # under a launcher only the main process keeps metrics and saves
+        return 0
     first = run.history[0]
     print(f"{config.algo}: {len(run.history) - 1} steps in {run.meta.get('seconds', float('nan')):.0f} s; "
           f"held-out sampled accuracy {first.get('eval/accuracy_sampled', float('nan')):.1%} -> "

@@ -16,6 +16,7 @@ def run(cmd, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
 
 
 @pytest.mark.slow
@@ -40,3 +41,20 @@ def test_two_processes_match_one(tmp_path, loss_agg):
     base = list(load_policy(device="cpu").model.parameters())
     moved = max((a - b).abs().max().item() for a, b in zip(single["params"], base))
     assert moved > 1e-5, "the update must actually change the policy for this comparison to mean anything"
+
+
+@pytest.mark.slow
+def test_launched_train_command(tmp_path):
+    """`torchrun -m minirl train` (what minirl/README.md tells GPU users to run): every process exits 0, the
+    main process alone reports and saves, and what it saved loads with plain transformers."""
+    from transformers import AutoModelForCausalLM
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    done = run([torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m", "minirl", "train", "--algo", "grpo",
+                "--steps", "2", "--batch-size", "2", "--group-size", "2", "--eval-n", "8", "--run-dir", "run",
+                "--save-policy", "trained", "--threads", "1", "--quiet"], tmp_path)
+    assert done.stdout.count("grpo: 2 steps") == 1, done.stdout
+    assert done.stdout.count("trained policy saved to trained") == 1, done.stdout
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 3, rows  # step 0 (the base policy's evaluation) and the 2 steps, written once
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "trained").num_parameters() > 0
