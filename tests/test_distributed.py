@@ -10,6 +10,7 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).with_name("ddp_update.py")
+TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
 
 
 def run(cmd, tmp_path):
@@ -22,9 +23,8 @@ def run(cmd, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
 def test_two_processes_match_one(tmp_path, loss_agg):
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     run([sys.executable, str(SCRIPT), str(tmp_path / "single.pt"), loss_agg], tmp_path)
-    run([torchrun, "--nproc_per_node", "2", "--master_port", "29517", str(SCRIPT), str(tmp_path / "ddp.pt"),
+    run([TORCHRUN, "--nproc_per_node", "2", "--master_port", "29517", str(SCRIPT), str(tmp_path / "ddp.pt"),
          loss_agg], tmp_path)
     single = torch.load(tmp_path / "single.pt")
     ddp = torch.load(tmp_path / "ddp.pt")
@@ -49,8 +49,7 @@ def test_launched_train_command(tmp_path):
     main process alone reports and saves, and what it saved loads with plain transformers."""
     from transformers import AutoModelForCausalLM
 
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    done = run([torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m", "minirl", "train", "--algo", "grpo",
+    done = run([TORCHRUN, "--nproc_per_node", "2", "--master_port", "29518", "-m", "minirl", "train", "--algo", "grpo",
                 "--steps", "2", "--batch-size", "2", "--group-size", "2", "--eval-n", "8", "--run-dir", "run",
                 "--save-policy", "trained", "--threads", "1", "--quiet"], tmp_path)
     assert done.stdout.count("grpo: 2 steps") == 1, done.stdout
