@@ -3,14 +3,14 @@
     python benchmarks/bench_levers.py              # ~2 min on 2 idle cores (add --compile: +1-2 min)
     python benchmarks/bench_levers.py --compile    # also torch.compile of the decode step
 
-Worked-steps task, the tiny-steps policy (and for learn also the compact task), 8 prompts x G 8 (64 rows). Levers:
+Worked-steps task, the tiny-worked policy (and for learn also the compact task), 8 prompts x G 8 (64 rows). Levers:
   decode step, 64 rows, cache of 13-45 positions:
     DynamicCache under torch.no_grad (the old loop) | under torch.inference_mode (kept) | + the additive 4-D
     attention mask built once and sliced per step (kept) instead of transformers rebuilding it | HF StaticCache
     (pre-allocated, attends over all its positions) | torch.compile(model, dynamic=True) with a DynamicCache
   decode step with 4 rows left (what dropping finished rows leaves at the end of a batch), no_grad vs inference_mode
   prefill of 64 rows vs of the 8 distinct prompts (kept: sample() shares it across the group)
-  learn's forward + backward over a 64-row rollout of each task (compact and steps): prompt + completion for
+  learn's forward + backward over a 64-row rollout of each task (compact and worked): prompt + completion for
     every row in one pass padded to the longest completion (before) | length_buckets 2 | 4 | each distinct
     prompt once, its KV cache shared by the group (share_prompts), one pass | 2 | 4 | 2 unless that saves < 1/5
     of the padding (kept: length_sorted_passes) | bf16 autocast (= mixed_precision "bf16")
@@ -35,9 +35,7 @@ from _common import header  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import additive_decode_mask, completion_logprobs, sample  # noqa: E402
 from minirl.step import length_sorted_passes  # noqa: E402
-from minirl.evaluate import task_budget  # noqa: E402
-from minirl.tasks import Countdown  # noqa: E402
-from minirl.tasks.steps import CountdownSteps  # noqa: E402
+from minirl.tasks import get_task, task_budget  # noqa: E402
 
 
 def median_ms(fn, repeats: int, warmup: int = 2) -> float:
@@ -85,7 +83,7 @@ def decode_ms(model, ids, mask, *, context, cache="dynamic", compiled=False, mas
 def learn_section(task_name: str, repeats: int) -> None:
     """learn's forward + backward over one 64-row rollout, every variant timed in turn within each round (so a
     slow spell of a shared machine hits all of them), median over rounds."""
-    task, policy = (Countdown(), load_policy()) if task_name == "compact" else (CountdownSteps(), load_policy("tiny-steps"))
+    task, policy = get_task(task_name).make(), load_policy(get_task(task_name).policy)
     model = policy.model
     ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 8, seed=0) for _ in range(8)])
     roll = sample(policy, ids, mask, max_new_tokens=task_budget(task)["max_new_tokens"],
@@ -133,9 +131,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     header("bench_levers")
-    policy = load_policy("tiny-steps")
+    policy = load_policy("tiny-worked")
     model = policy.model.eval()
-    task = CountdownSteps()
+    task = get_task("worked").make()
     ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 8, seed=0) for _ in range(8)])
 
     print(f"\n## decode step, 64 rows (ms per step, median of {args.repeats} rounds of 32 steps, the cases in turn)")
@@ -165,7 +163,7 @@ def main() -> None:
                                          use_cache=True, logits_to_keep=1), args.repeats)
             print(f"  {name:60s} {ms:6.2f} ms")
 
-    for task_name in ("compact", "steps"):
+    for task_name in ("compact", "worked"):
         learn_section(task_name, args.repeats)
 
     print("\n## AdamW step over the policy's parameters (ms)")

@@ -2,11 +2,11 @@
 
     python benchmarks/bench_sampling.py            # 10 repeats per case, ~15 s on 2 idle cores
     python benchmarks/bench_sampling.py --repeats 3
-    python benchmarks/bench_sampling.py --task steps --group 8   # worked steps: 8 prompts x G 8, 64 new tokens
+    python benchmarks/bench_sampling.py --task worked --group 8  # worked steps: 8 prompts x G 8, 64 new tokens
 
 Batch of 64 Countdown train prompts (left-padded by the policy's tokenizer; with --group G, 64/G prompts each
 repeated G times, as in training), temperature 1, top_p 1, the task's token budget (compact: 16 new tokens,
-the shipped tiny policy; steps: 64, the tiny-steps policy). Three samplers:
+the shipped tiny policy; worked: 64, the tiny-worked policy). Three samplers:
   (a) minirl.rollout.sample        one forward per distinct prompt, then one token per step with a DynamicCache;
                                    rows that have produced EOS leave the batch
   (b) the same loop with no cache  every step re-runs the full prompt + completion so far (written here)
@@ -32,12 +32,9 @@ import torch  # noqa: E402
 from _common import header, timeit  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs, position_ids_from_mask, sample  # noqa: E402
-from minirl.evaluate import task_budget  # noqa: E402
-from minirl.tasks import Countdown  # noqa: E402
-from minirl.tasks.steps import CountdownSteps  # noqa: E402
+from minirl.tasks import TASKS, get_task, task_budget  # noqa: E402
 
 B = 64
-TASKS = {"compact": (Countdown, None), "steps": (CountdownSteps, "tiny-steps")}
 NO_EOS = [10**6]  # an id outside the vocabulary, never sampled: every sampler runs all max_new_tokens steps
 
 
@@ -87,16 +84,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--task", choices=sorted(TASKS), default="compact")
+    parser.add_argument("--task", choices=sorted(TASKS), default="compact", help="a task of minirl.tasks.TASKS")
     parser.add_argument("--group", type=int, default=1, help="G: 64/G distinct prompts, each G times (default 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     header("bench_sampling")
 
-    task_cls, policy_name = TASKS[args.task]
-    task = task_cls()
+    entry = get_task(args.task)
+    task = entry.make()
     NEW_TOKENS = task_budget(task)["max_new_tokens"]
-    policy = load_policy(policy_name, device="cpu")
+    policy = load_policy(entry.policy, device="cpu")
     policy.model.eval()
     model, eos_ids = policy.model, policy.eos_token_ids
     prompts = [p.prompt for p in task.problems("train", B // args.group, seed=0) for _ in range(args.group)]

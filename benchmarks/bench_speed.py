@@ -2,7 +2,7 @@
 
     pip install trl                          # not a minirl dependency: only this script needs it
     python benchmarks/bench_speed.py         # both tasks, 3 pairs, ~6 min on 2 idle cores
-    python benchmarks/bench_speed.py --task steps --pairs 5 --steps 8
+    python benchmarks/bench_speed.py --task worked --pairs 5 --steps 8
     python benchmarks/bench_speed.py --task qwen0.5b --pairs 2 --steps 3   # on a GPU: Qwen2.5-0.5B-sized, random
 
 Identical work, per task (compact Countdown, 16 new tokens; worked steps, 64 new tokens; qwen0.5b: random weights
@@ -38,12 +38,10 @@ import torch  # noqa: E402
 
 from _common import header  # noqa: E402
 from minirl.config import RLConfig  # noqa: E402
-from minirl.evaluate import task_budget  # noqa: E402
 from minirl.policy import load_policy  # noqa: E402
 from minirl.rollout import completion_logprobs  # noqa: E402
 from minirl.step import length_sorted_passes, step_seed  # noqa: E402
-from minirl.tasks import Countdown  # noqa: E402
-from minirl.tasks.steps import CountdownSteps  # noqa: E402
+from minirl.tasks import Countdown, get_task, task_budget  # noqa: E402
 from minirl.trainer import train  # noqa: E402
 
 BATCH, G, LR = 8, 8, 1e-4
@@ -60,10 +58,10 @@ def qwen_folder() -> str:
 
 
 # task name -> (task, policy to load); the policy is loaded fresh for every run
-TASKS = {"compact": (Countdown, lambda: load_policy()),
-         "steps": (CountdownSteps, lambda: load_policy("tiny-steps")),
-         "qwen0.5b": (lambda: Countdown(prompt_style="chat", reward_scheme="tinyzero"),  # 256 new tokens
-                      lambda: load_policy(qwen_folder()))}
+TASKS = {name: (get_task(name).make, lambda name=name: load_policy(get_task(name).policy))
+         for name in ("compact", "worked")}
+TASKS["qwen0.5b"] = (lambda: Countdown(prompt_style="chat", reward_scheme="tinyzero"),  # 256 new tokens
+                     lambda: load_policy(qwen_folder()))
 
 
 def minirl_config(task, steps: int) -> RLConfig:
@@ -214,7 +212,7 @@ def sampler_vs_generate(task_name: str, new_tokens: int, repeats: int = 3) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", choices=["compact", "steps", "both", "qwen0.5b"], default="both")
+    parser.add_argument("--task", choices=["compact", "worked", "both", "qwen0.5b"], default="both")
     parser.add_argument("--pairs", type=int, default=3, help="A B pairs per task (default 3)")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run (default 6)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed first steps per run (default 2)")
@@ -237,7 +235,7 @@ def main() -> None:
     fp32, bf16 = matmul_peak(torch.float32, device), matmul_peak(torch.bfloat16, device)
     print(f"matmul peak ({'8192^3 torch.mm on the GPU' if device == 'cuda' else f'2048^3 torch.mm, {args.threads} threads'}): "
           f"fp32 {fp32:.1f} GFLOP/s, bf16 {bf16:.1f} GFLOP/s")
-    for task_name in (["compact", "steps"] if args.task == "both" else [args.task]):
+    for task_name in (["compact", "worked"] if args.task == "both" else [args.task]):
         new_tokens = task_budget(TASKS[task_name][0]())["max_new_tokens"]
         if device == "cuda":
             print(f"\n## sampling, {task_name}: minirl sample vs HF generate")

@@ -10,13 +10,14 @@ from .policy import Policy, load_policy, new_tiny_policy
 from .rollout import Rollout, completion_logprobs, sample
 from .config import ConfigError, RLConfig
 from .runs import Run, RunCache
-from .tasks import Countdown, CountdownSteps, FunctionTask, Problem, Score, Task
+from .tasks import Countdown, FunctionTask, Problem, Score, Task, WorkedCountdown
 from .step import rl_step
 from .trainer import DynamicSamplingExhausted, TrainingDiverged, train
 
 __version__ = "0.1.0"
+
 __all__ = [
-    "ConfigError", "Countdown", "CountdownSteps", "DynamicSamplingExhausted", "FunctionTask", "Policy", "Problem", "RLConfig",
-    "Rollout", "Run", "RunCache", "Score", "Task", "TrainingDiverged", "train",
+    "ConfigError", "Countdown", "DynamicSamplingExhausted", "FunctionTask", "Policy", "Problem", "RLConfig",
+    "Rollout", "Run", "RunCache", "Score", "Task", "TrainingDiverged", "WorkedCountdown", "train",
     "completion_logprobs", "evaluate", "load_policy", "new_tiny_policy", "pass_at_k", "rl_step", "sample",
 ]

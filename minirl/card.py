@@ -18,7 +18,8 @@ import json
 
 from .config import RLConfig
 
-OUR_BASES = ("minirl/tiny-countdown", "minirl/tiny-steps", "tiny-llama-untrained")  # policies this project made: MIT like the code
+# policies this project made (the worked-steps one also under its first name): MIT like the code
+OUR_BASES = ("minirl/tiny-countdown", "minirl/tiny-worked", "minirl/tiny-steps", "tiny-llama-untrained")
 
 
 def decoding_defaults(eos_token_ids: list[int], pad_token_id: int | None, *, temperature: float = 1.0,
@@ -93,10 +94,10 @@ Reproduce the numbers with `python -m minirl evaluate`.
 {USAGE}"""
 
 
-def steps_card(*, command: str, steps: int, batch_size: int, lr: float, seed: int, num_parameters: int,
+def worked_card(*, command: str, steps: int, batch_size: int, lr: float, seed: int, num_parameters: int,
                architecture: str, vocab_size: int, recipe: str, seconds: float, final_loss: float,
                evaluations: list[dict]) -> str:
-    """The README.md of the shipped worked-steps policy (`python -m minirl sft --task steps`). `evaluations`: one
+    """The README.md of the shipped worked-steps policy (`python -m minirl sft --task worked`). `evaluations`: one
     dict per held-out test (label, greedy and sampled `evaluate` results)."""
     rows = "\n".join(
         f"| {e['label']} | {e['greedy']['accuracy']:.1%} | {e['sampled']['accuracy']:.1%} "
@@ -122,7 +123,7 @@ final loss {final_loss:.3f}, {seconds:.0f} s on the machine that made it (CPU ti
 |---|---|---|---|---|---|---|
 {rows}
 
-Reproduce the numbers with `python -m minirl evaluate --task steps` (add `--num-count 4` for 4 numbers).
+Reproduce the numbers with `python -m minirl evaluate --task worked` (add `--num-count 4` for 4 numbers).
 
 {USAGE}"""
 

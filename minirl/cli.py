@@ -14,37 +14,51 @@ import torch
 from .config import PRESETS
 
 
-TASKS = {"compact": "Countdown, answered with one expression (3*7+5)",
-         "steps": "Countdown with worked steps and restarts (3*7=21,21+5=26), tasks/steps.py"}
-TASK_POLICIES = {"steps": "tiny-steps"}  # the shipped policy a task's runs start from when --policy is not given
+# task option flags -> the keyword of TaskEntry.make they set; a flag left out keeps the task's own default
+TASK_FLAGS = {"num_count": "num_count", "prompt_style": "prompt_style", "operators": "operators",
+              "reward": "reward_scheme"}
 
 
 def add_task_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="compact", choices=list(TASKS),
-                   help="; ".join(f"{k}: {v}" for k, v in TASKS.items()) + " (default: compact)")
-    p.add_argument("--num-count", type=int, default=3, help="numbers per Countdown problem (3 or 4; steps: 2 to 5)")
+    from .tasks import TASKS
+
+    p.add_argument("--task", default="compact", metavar="TASK",
+                   help="; ".join(f"{e.name}: {e.description}" for e in TASKS.values()) + " (default: compact)")
+    p.add_argument("--num-count", type=int, default=None, help="numbers per Countdown problem (compact: 3 or 4; "
+                   "worked: 2 to 5; default 3)")
     p.add_argument("--prompt-style", default=None, choices=["compact", "chat"],
                    help="compact task: compact (tiny character model) or chat (instruct models); default: from the policy")
-    p.add_argument("--operators", default="+-*", help="allowed operators, a subset of '+-*/'")
-    p.add_argument("--reward", default="binary", choices=["binary", "tinyzero", "dapo", "per_step"],
-                   help="reward scheme: binary 0/1, tinyzero 0/0.1/1, dapo -1/+1; steps task only: per_step, "
-                        "partial credit per right step (deliberately hackable)")
+    p.add_argument("--operators", default=None, help="allowed operators, a subset of '+-*/' (default: +-*)")
+    p.add_argument("--reward", default=None, choices=["binary", "tinyzero", "dapo", "per_step"],
+                   help="reward scheme: binary 0/1 (default), tinyzero 0/0.1/1, dapo -1/+1; worked task only: "
+                        "per_step, partial credit per right step (deliberately hackable)")
 
 
-def policy_for(args) -> str | None:
-    """--policy, or the shipped policy of --task (None: the default tiny Countdown policy)."""
-    return args.policy or TASK_POLICIES.get(getattr(args, "task", "compact"))
+def task_entry(args):
+    """The registry entry of --task (an earlier name gives a warning, an unknown one a clear error)."""
+    from .tasks import get_task
+
+    return get_task(args.task)
+
+
+def policy_for(args) -> str:
+    """--policy, or the shipped policy of --task."""
+    return args.policy or task_entry(args).policy
 
 
 def make_task(args, policy=None):
-    from .tasks import Countdown, CountdownSteps
-
-    if args.task == "steps":
-        if args.prompt_style == "chat":
-            raise ValueError("--prompt-style chat is not allowed with --task steps: the steps task has one, compact, prompt")
-        return CountdownSteps(num_count=args.num_count, operators=args.operators, reward_scheme=args.reward)
-    style = args.prompt_style or ("chat" if policy is not None and policy.use_chat_template else "compact")
-    return Countdown(num_count=args.num_count, operators=args.operators, prompt_style=style, reward_scheme=args.reward)
+    """--task built with the option flags that were given; a chat-template policy gets Countdown's chat prompt."""
+    entry = task_entry(args)
+    given = {key: getattr(args, flag) for flag, key in TASK_FLAGS.items() if getattr(args, flag, None) is not None}
+    refused = sorted("--" + flag.replace("_", "-") for flag, key in TASK_FLAGS.items()
+                     if key in given and key not in entry.options)
+    if refused:
+        raise ValueError(f"{', '.join(refused)} is not allowed with --task {entry.name}: it takes "
+                         + (", ".join("--" + f.replace("_", "-") for f, k in TASK_FLAGS.items() if k in entry.options)
+                            or "no task options"))
+    if "prompt_style" in entry.options and "prompt_style" not in given and policy is not None:
+        given["prompt_style"] = "chat" if policy.use_chat_template else "compact"
+    return entry.make(**given)
 
 
 def cmd_evaluate(args) -> int:
@@ -54,7 +68,7 @@ def cmd_evaluate(args) -> int:
     policy = load_policy(policy_for(args), device=args.device, dtype=args.dtype)
     task = make_task(args, policy)
     print(f"policy: {policy.name} ({policy.num_parameters:,} parameters, {policy.device}); "
-          f"task: {task.num_count}-number {task.name}, held-out split")
+          f"task: {task.name}{f', {task.num_count} numbers' if hasattr(task, 'num_count') else ''}, held-out split")
     rows = []
     for greedy in (True, False):
         t0 = time.perf_counter()
@@ -83,8 +97,12 @@ def cmd_sft(args) -> int:
     from .tasks import Countdown
 
     torch.set_num_threads(args.threads) if args.threads else None
-    if args.task == "steps":
-        return sft_steps(args)
+    entry = task_entry(args)
+    if entry.name == "worked":
+        return sft_worked(args)
+    if entry.name != "compact":
+        raise ValueError(f"--task {args.task} is not allowed for sft: it makes the shipped policies of the tasks "
+                         "'compact' and 'worked'")
     for name, default in (("steps", 300), ("batch_size", 128), ("lr", 1e-3)):
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     task = Countdown(num_count=3)
@@ -107,27 +125,27 @@ def cmd_sft(args) -> int:
     return 0
 
 
-def sft_steps(args) -> int:
-    """`sft --task steps`: the worked-steps policy (sft.STEPS_RECIPE; flags override it), evaluated on 3 and 4
+def sft_worked(args) -> int:
+    """`sft --task worked`: the worked-steps policy (sft.WORKED_RECIPE; flags override it), evaluated on 3 and 4
     numbers for its card."""
     from . import evaluate
-    from .card import steps_card
-    from .policy import STEPS_NAME, STEPS_POLICY, new_tiny_policy
-    from .sft import STEPS_RECIPE, sft, steps_mixture
-    from .tasks import CountdownSteps
-    from .tokenizer import STEPS_CHARACTERS
+    from .card import worked_card
+    from .policy import WORKED_NAME, WORKED_POLICY, new_tiny_policy
+    from .sft import WORKED_RECIPE, sft, worked_mixture
+    from .tasks import WorkedCountdown, task_budget
+    from .tokenizer import WORKED_CHARACTERS
 
-    recipe = {k: (v if getattr(args, k, None) is None else getattr(args, k)) for k, v in STEPS_RECIPE.items()}
+    recipe = {k: (v if getattr(args, k, None) is None else getattr(args, k)) for k, v in WORKED_RECIPE.items()}
     hidden = recipe["hidden_size"]
-    policy = new_tiny_policy(seed=args.seed, characters=STEPS_CHARACTERS, hidden_size=hidden,
+    policy = new_tiny_policy(seed=args.seed, characters=WORKED_CHARACTERS, hidden_size=hidden,
                              intermediate_size=4 * hidden, max_positions=128)
     t0 = time.perf_counter()
-    history = sft(policy, steps_mixture(recipe["four_share"], recipe["retry_rate"]), steps=recipe["steps"],
+    history = sft(policy, worked_mixture(recipe["four_share"], recipe["retry_rate"]), steps=recipe["steps"],
                   batch_size=recipe["batch_size"], lr=recipe["lr"], cosine=recipe["cosine"], seed=args.seed)
     seconds = time.perf_counter() - t0
     evaluations = []
     for num_count in (3, 4):
-        task = CountdownSteps(num_count=num_count)
+        task = WorkedCountdown(num_count=num_count)
         evaluations.append({"label": f"{num_count} numbers",
                             "greedy": evaluate(policy, task, n=args.eval_n, greedy=True, seed=0),
                             "sampled": evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, seed=0)})
@@ -142,9 +160,9 @@ def sft_steps(args) -> int:
                       f"(numbers 1-12, targets 1-999, + - *), {recipe['retry_rate']:.0%} of traces with a missed "
                       "attempt and a restart",
             "seconds": round(seconds, 1), "final_loss": history[-1]["loss"], "evaluations": evaluations}
-    out = Path(args.out or STEPS_POLICY)
-    policy.name = STEPS_NAME
-    policy.save(out, steps_card(**meta), max_new_tokens=CountdownSteps().max_new_tokens)
+    out = Path(args.out or WORKED_POLICY)
+    policy.name = WORKED_NAME
+    policy.save(out, worked_card(**meta), max_new_tokens=task_budget(WorkedCountdown())["max_new_tokens"])
     (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
     print(f"saved to {out}: " + "; ".join(f"{e['label']}: greedy {e['greedy']['accuracy']:.1%}, sampled "
                                           f"{e['sampled']['accuracy']:.1%}" for e in evaluations)
@@ -182,9 +200,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args, task=None):
-    """The preset with every flag that was given; an unset --max-new-tokens is the task's budget
-    (`task.max_new_tokens`: 16 for compact Countdown, 64 for the steps task) and an unset --overlong-cache
-    a quarter of it (DAPO's soft punishment zone; 4 of 16 in the preset)."""
+    """The preset with every flag that was given; without --max-new-tokens, L_max and L_cache are the task's
+    budget (`tasks.task_budget`)."""
     import dataclasses
 
     from .config import RLConfig
@@ -194,7 +211,7 @@ def config_from_args(args, task=None):
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RLConfig)
                  if f.name != "algo" and getattr(args, f.name, None) is not None}
     if task is not None and "max_new_tokens" not in overrides:
-        from .evaluate import task_budget
+        from .tasks import task_budget
 
         overrides = {**task_budget(task), **overrides}
     return RLConfig.preset(args.algo, **overrides)
@@ -244,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minirl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("evaluate", help="held-out accuracy of a policy on Countdown (greedy and sampled)")
-    p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the shipped tiny policy")
+    p = sub.add_parser("evaluate", help="held-out accuracy of a policy on a task (greedy and sampled)")
+    p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the task's shipped policy")
     p.add_argument("--n", type=int, default=300, help="number of held-out problems")
     p.add_argument("--k", type=int, default=4, help="samples per problem for the sampled evaluation (pass@k)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
@@ -258,14 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("sft", help="make a tiny base policy: supervised warm start from scratch")
-    p.add_argument("--task", default="compact", choices=list(TASKS),
-                   help="compact: tiny-countdown; steps: tiny-steps (recipe: minirl.sft.STEPS_RECIPE)")
-    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: 300; steps task: its recipe)")
-    p.add_argument("--batch-size", type=int, default=None, help="problems per step (default: 128; steps: recipe)")
-    p.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: 1e-3; steps: recipe)")
-    p.add_argument("--hidden-size", type=int, default=None, help="steps task: model width (default: recipe)")
-    p.add_argument("--four-share", type=float, default=None, help="steps task: share of 4-number problems")
-    p.add_argument("--retry-rate", type=float, default=None, help="steps task: share of traces with a restart")
+    p.add_argument("--task", default="compact", metavar="TASK",
+                   help="compact: tiny-countdown; worked: tiny-worked (recipe: minirl.sft.WORKED_RECIPE)")
+    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: 300; worked: its recipe)")
+    p.add_argument("--batch-size", type=int, default=None, help="problems per step (default: 128; worked: recipe)")
+    p.add_argument("--lr", type=float, default=None, help="AdamW learning rate (default: 1e-3; worked: recipe)")
+    p.add_argument("--hidden-size", type=int, default=None, help="worked task: model width (default: recipe)")
+    p.add_argument("--four-share", type=float, default=None, help="worked task: share of 4-number problems")
+    p.add_argument("--retry-rate", type=float, default=None, help="worked task: share of traces with a restart")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and order")
     p.add_argument("--eval-n", type=int, default=300, help="held-out problems for the model card")
     p.add_argument("--eval-k", type=int, default=4, help="samples per problem for sampled accuracy")
@@ -277,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default="grpo", choices=list(PRESETS),
                    help="the preset to start from (see RLConfig.preset); default grpo")
     add_config_args(p)
-    p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the shipped tiny policy")
+    p.add_argument("--policy", default=None, help="folder or Hugging Face id; default: the task's shipped policy")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="float32", help="weights: float32 (default: AdamW updates of ~1e-6 vanish in "
                    "bf16 weights; use --mixed-precision bf16 for speed), auto, bfloat16 or float16")
@@ -295,14 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="PPO vs GRPO vs DAPO from the shipped policy, same budget: table + PNG")
     p.add_argument("--out", default="results", help="folder for compare.md, compare.json and compare.png")
     p.add_argument("--algos", default="ppo,grpo,dapo", help="comma-separated presets to compare")
-    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: 600; --task steps: 120)")
+    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: the task's; "
+                   "compact 600, worked 120)")
     p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: 1e-4)")
     p.add_argument("--seed", type=int, default=None, help="seed for all (default: 0)")
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--task", default="compact", choices=list(TASKS), help="the task and its shipped policy "
-                   "(compact: tiny-countdown, 600 steps; steps: tiny-steps, compare.STEPS_BUDGET)")
+    p.add_argument("--task", default="compact", metavar="TASK", help="the task, from its shipped policy "
+                   "(minirl.tasks.TASKS: compact, worked)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("study", add_help=False, help="re-test the paper's claims H1..H9 with seeds "

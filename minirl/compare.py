@@ -16,44 +16,31 @@ from pathlib import Path
 
 from .actor_critic import training_state_bytes
 from .config import PAPER_ALGOS, RLConfig
-from .policy import SHIPPED_NAME, STEPS_NAME
 from .runs import Run, RunCache, default_cache_dir, run_key
+from .tasks import get_task, task_budget, task_identity
 
-# The same budget for every algorithm: 600 rollout steps of 64 completions (8 prompts x G 8, or 64 x 1
-# for PPO), 16 new tokens. Learning rates were tuned by hand on the tiny policy (a few 600-step runs each):
-# DAPO makes 4 updates per rollout, so it needs a smaller step than the single-update GRPO.
-BUDGET = dict(steps=600, eval_every=100, eval_n=300, max_new_tokens=16)
-LEARNING_RATES = {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5}  # other presets: 1e-4
-# The worked-steps task (tasks/steps.py, `--task steps`): 64-token completions cost ~4x the compact task's per step,
-# so fewer steps; a quarter of the budget is DAPO's soft overlong zone. Learning rates: twice the compact task's
-# (a fifth of its steps), not tuned on this task.
-STEPS_BUDGET = dict(steps=120, eval_every=20, eval_n=300, max_new_tokens=64, overlong_cache=16)
-STEPS_LEARNING_RATES = {"ppo": 2e-4, "grpo": 2e-4, "dapo": 1e-4}
-TASKS = {"compact": (BUDGET, LEARNING_RATES), "steps": (STEPS_BUDGET, STEPS_LEARNING_RATES)}
-
-
-def task_setup(task: str):
-    """(policy name, task object, title) of a compare task: the shipped policy each task's runs start from."""
-    from .tasks import Countdown, CountdownSteps
-
-    if task == "steps":
-        return STEPS_NAME, CountdownSteps(), "3-number Countdown with worked steps (tiny-steps policy, CPU)"
-    return SHIPPED_NAME, Countdown(), "3-number Countdown (tiny policy, CPU)"
+# Every algorithm of a compare gets the same budget: the task's number of rollout steps (tasks.registry), 64
+# completions per step (8 prompts x G 8, or 64 x 1 for PPO), the task's token budget, and this evaluation.
+EVAL_N = 300  # held-out problems per evaluation
+# Learning rates per task. Compact: tuned by hand on the tiny policy (a few 600-step runs each): DAPO makes 4 updates
+# per rollout, so it needs a smaller step than the single-update GRPO. Worked: twice the compact task's (a fifth of
+# its steps), not tuned on this task. Other presets: 1e-4.
+LEARNING_RATES = {"compact": {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5},
+                  "worked": {"ppo": 2e-4, "grpo": 2e-4, "dapo": 1e-4}}
 
 
 def compare_configs(algos=PAPER_ALGOS, task: str = "compact", **overrides) -> dict[str, RLConfig]:
-    if task not in TASKS:
-        raise ValueError(f"compare: task={task!r} is not allowed: use one of {', '.join(map(repr, TASKS))}")
-    budget, rates = TASKS[task]
+    """The config of each algorithm in a compare on `task` (a registry name); `overrides` replace fields of all."""
+    entry = get_task(task)
+    budget = dict(steps=entry.compare_steps, eval_every=entry.compare_eval_every, eval_n=EVAL_N,
+                  **task_budget(entry.make()))
+    rates = LEARNING_RATES.get(entry.name, {})
     return {a: RLConfig.preset(a, **{**budget, "lr": rates.get(a, 1e-4), **overrides}) for a in algos}
 
 
-def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str = "compact") -> Run:
+def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str, policy_name: str) -> Run:
     """Train one config in a child process (unless cached) and return its Run from the cache."""
-    from .tasks import task_identity
-
-    policy_name, task_object, _ = task_setup(task)
-    key = run_key(policy_name, task_identity(task_object), config)
+    key = run_key(policy_name, task_identity(get_task(task).make()), config)
     run = cache.get(key)
     if run is not None:
         print(f"{config.algo}: answered from the run cache ({cache.path_for(key)})")
@@ -132,13 +119,14 @@ def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Pat
     out.mkdir(parents=True, exist_ok=True)
     cache = RunCache(cache_dir or default_cache_dir())
     t0 = time.perf_counter()
-    configs = compare_configs(algos, task, **overrides)
-    runs = [run_one(cfg, cache, threads, quiet, task) for cfg in configs.values()]
-    rows = [summary_row(r) for r in runs]
     from .policy import load_policy
 
-    policy_name, _, title = task_setup(task)
-    tiny = load_policy(policy_name, device="cpu").model
+    entry = get_task(task)
+    base = load_policy(entry.policy, device="cpu")
+    configs = compare_configs(algos, entry.name, **overrides)
+    runs = [run_one(cfg, cache, threads, quiet, entry.name, base.name) for cfg in configs.values()]
+    rows = [summary_row(r) for r in runs]
+    tiny = base.model
     n_tiny = sum(p.numel() for p in tiny.parameters())
     table = markdown_table(rows) + "\n\nTraining state (fp32), from parameter counts:\n\n" + memory_table(
         memory_rows(n_tiny, tiny.config.hidden_size), f"tiny policy ({n_tiny:,} params)") + "\n\n" + memory_table(
@@ -151,9 +139,9 @@ def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Pat
     matplotlib.use("Agg")
     from .plots import plot_runs
 
-    extra = ("reward/attempts",) if task == "steps" else ("clip_frac_high",)  # retries only exist on the steps task
+    extra = ("reward/attempts",) if entry.name == "worked" else ("clip_frac_high",)  # only worked steps can retry
     fig = plot_runs(runs, metrics=("eval/accuracy_sampled", "eval/accuracy_greedy", "reward_mean", "entropy",
-                                   "completion_len_mean", *extra), title=f"PPO vs GRPO vs DAPO on {title}")
+                                   "completion_len_mean", *extra), title=f"PPO vs GRPO vs DAPO on {entry.title}")
     fig.set_size_inches(14, 7)
     fig.savefig(out / "compare.png", dpi=110)
     print(table)

@@ -9,19 +9,7 @@ import torch
 from tqdm import tqdm
 
 from .rollout import check_sampling_args, sample
-
-
-def default_max_new_tokens(task) -> int:
-    """Tasks may say how long a completion can usefully be (`task.max_new_tokens`); else 64."""
-    return int(getattr(task, "max_new_tokens", 64))
-
-
-def task_budget(task) -> dict[str, int]:
-    """RLConfig fields a run on `task` should default to: the task's token budget as L_max, and a quarter of it
-    as DAPO's soft overlong zone L_cache (16 and 4 on compact Countdown, the presets' values; 64 and 16 on the
-    worked-steps task)."""
-    n = default_max_new_tokens(task)
-    return {"max_new_tokens": n, "overlong_cache": max(1, n // 4)}
+from .tasks import task_budget
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -51,7 +39,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         raise ValueError(f"evaluate: k={k} with greedy=True is not allowed: greedy decoding gives k=1")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"evaluate: batch_size={batch_size!r} is not allowed: use an integer >= 1")
-    max_new_tokens = max_new_tokens or default_max_new_tokens(task)
+    max_new_tokens = max_new_tokens or task_budget(task)["max_new_tokens"]
     check_sampling_args(max_new_tokens, temperature, top_p)
 
     problems = task.problems(split, n, seed=seed)

@@ -23,9 +23,9 @@ from .runs import Run
 
 # What the live widget shows while a run trains: is it learning, is it still exploring, is it drifting away?
 LIVE_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "kl_ref", "clip_frac_high", "completion_len_mean")
-# ... and on the worked-steps task (tasks/steps.py), where how long the policy reasons and how often it retries
+# ... and on the worked-steps task (tasks/worked.py), where how long the policy reasons and how often it retries
 # can change: completion length and attempts per completion take the places of KL and clipping
-STEPS_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_mean", "reward/attempts",
+WORKED_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_mean", "reward/attempts",
                  "reward/arithmetic_ok")
 
 NICE_NAMES = {

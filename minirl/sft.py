@@ -1,8 +1,8 @@
 """Supervised warm start: teach a policy the task's answer format from one reference solution per problem.
 
 This is how the shipped tiny policies are made: `python -m minirl sft` (tiny-countdown: an untrained Llama
-learns to write *some* well-formed Countdown expression) and `python -m minirl sft --task steps` (tiny-steps:
-worked traces with restarts, STEPS_RECIPE). Both are stopped early on purpose, so that sampled accuracy is
+learns to write *some* well-formed Countdown expression) and `python -m minirl sft --task worked` (tiny-worked:
+worked traces with restarts, WORKED_RECIPE). Both are stopped early on purpose, so that sampled accuracy is
 low enough to leave room for RL to show what it does.
 """
 
@@ -30,18 +30,18 @@ def encode_examples(policy, prompts: list[str], completions: list[str]):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
-# The shipped worked-steps policy (assets/tiny-steps), chosen by a few 5-minute SFT runs on 2 cores (BENCHMARKS.md):
+# The shipped worked-steps policy (assets/tiny-worked), chosen by a few 5-minute SFT runs on 2 cores (BENCHMARKS.md):
 # mostly 3-number problems with a share of 4-number ones, and a share of traces that miss, restart and solve.
-STEPS_RECIPE = dict(steps=900, batch_size=64, lr=3e-3, cosine=True, hidden_size=128, four_share=0.3, retry_rate=0.3)
+WORKED_RECIPE = dict(steps=900, batch_size=64, lr=3e-3, cosine=True, hidden_size=128, four_share=0.3, retry_rate=0.3)
 
 
-def steps_mixture(four_share: float, retry_rate: float) -> list:
-    """The SFT data of tiny-steps: [(3-number task, 1 - four_share), (4-number task, four_share)], each with
+def worked_mixture(four_share: float, retry_rate: float) -> list:
+    """The SFT data of tiny-worked: [(3-number task, 1 - four_share), (4-number task, four_share)], each with
     `retry_rate` of its reference traces showing a missed attempt, '|' and a solution."""
-    from .tasks import CountdownSteps
+    from .tasks import WorkedCountdown
 
-    return [(CountdownSteps(num_count=3, retry_rate=retry_rate), 1 - four_share),
-            (CountdownSteps(num_count=4, retry_rate=retry_rate), four_share)]
+    return [(WorkedCountdown(num_count=3, retry_rate=retry_rate), 1 - four_share),
+            (WorkedCountdown(num_count=4, retry_rate=retry_rate), four_share)]
 
 
 def training_mix(task, n: int, seed: int) -> list:

@@ -16,8 +16,8 @@ SPECIALS = (PAD, BOS, EOS)
 # Every character the compact Countdown prompt and its completions can contain.
 CHARACTERS = "0123456789+-*/(),:="
 VOCAB = {tok: i for i, tok in enumerate(SPECIALS + tuple(CHARACTERS))}  # 22 symbols
-# ... and the worked-steps task's (tasks/steps.py): the same plus its restart mark, appended so ids stay put
-STEPS_CHARACTERS = CHARACTERS + "|"
+# ... and the worked-steps task's (tasks/worked.py): the same plus its restart mark, appended so ids stay put
+WORKED_CHARACTERS = CHARACTERS + "|"
 
 
 def build_char_tokenizer(characters: str = CHARACTERS) -> PreTrainedTokenizerFast:

@@ -19,7 +19,7 @@ from minirl.config import RLConfig
 from minirl import rollout
 from minirl.rollout import _cache_kwarg, additive_decode_mask, draw, position_ids_from_mask, top_p_filter
 from minirl.step import length_sorted_passes, rl_step
-from minirl.tasks.steps import CountdownSteps
+from minirl.tasks import WorkedCountdown
 from minirl.trainer import make_learner, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -155,10 +155,11 @@ def test_same_seed_training_is_bit_identical_on_two_threads():
     assert first == second
 
 
-def one_update(config: RLConfig, sgd: bool = True, steps_task: bool = False) -> list[torch.Tensor]:
+def one_update(config: RLConfig, sgd: bool = True, worked_task: bool = False) -> list[torch.Tensor]:
     """The change of the parameters in one rl_step of `config` from a shipped policy (the compact one, or the
     worked-steps one on its task); with SGD at lr 1 that change is the gradient."""
-    policy, task = (load_policy("tiny-steps", device="cpu"), CountdownSteps()) if steps_task else (load_policy(device="cpu"), Countdown())
+    policy, task = ((load_policy("tiny-worked", device="cpu"), WorkedCountdown()) if worked_task
+                    else (load_policy(device="cpu"), Countdown()))
     learner, _ = make_learner(policy, config)
     if sgd:  # AdamW's first step is ~lr * sign(g): it would magnify float rounding of near-zero gradients
         learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=1.0)
@@ -187,16 +188,16 @@ def test_length_buckets_give_the_one_pass_gradient(algo, loss_agg):
                 dynamic_sampling=False, max_grad_norm=0.0, minibatches=1, epochs=1)  # one SGD step
     if algo == "ppo":
         base.update(batch_size=16, group_size=1)
-    one = one_update(RLConfig.preset(algo, **base, length_buckets=1), steps_task=True)
+    one = one_update(RLConfig.preset(algo, **base, length_buckets=1), worked_task=True)
     for buckets in (2, 4):
-        other = one_update(RLConfig.preset(algo, **base, length_buckets=buckets), steps_task=True)
+        other = one_update(RLConfig.preset(algo, **base, length_buckets=buckets), worked_task=True)
         diff = max((a - b).abs().max().item() for a, b in zip(one, other))
         scale = max(a.abs().max().item() for a in one)
         assert scale > 0 and diff <= 1e-5 * scale, f"{buckets} buckets: update differs by {diff:.2e} (scale {scale:.2e})"
 
 
 def test_the_steps_rollout_is_cut_into_passes():
-    policy, task = load_policy("tiny-steps", device="cpu"), CountdownSteps()
+    policy, task = load_policy("tiny-worked", device="cpu"), WorkedCountdown()
     ids, mask = policy.encode_prompts([p.prompt for p in task.problems("train", 4, seed=0) for _ in range(4)])
     roll = sample(policy, ids, mask, max_new_tokens=64, generator=torch.Generator().manual_seed(0))
     assert len(length_sorted_passes(torch.arange(16), roll.lengths, 2)) == 2

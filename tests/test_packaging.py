@@ -72,7 +72,7 @@ def test_wheel_metadata_is_what_the_index_and_a_user_expect(wheel):
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     # what the lessons and exercises load from the package, not from a checkout
     for shipped in ("minirl/assets/tiny-countdown/model.safetensors", "minirl/assets/tiny-countdown/README.md",
-                    "minirl/assets/tiny-steps/model.safetensors", "minirl/assets/tiny-steps/minirl_card.json",
+                    "minirl/assets/tiny-worked/model.safetensors", "minirl/assets/tiny-worked/minirl_card.json",
                     "minirl/assets/tiny-countdown/generation_config.json", "minirl/assets/sweeps/lr_sweep.json",
                     "minirl/assets/sweeps/lesson05_lr.json", "minirl/course/selfcheck.py"):
         assert shipped in names, shipped

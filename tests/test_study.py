@@ -15,21 +15,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_claims_are_registered_paired_and_share_runs():
     assert list(CLAIMS) == ["H1", "H2", "H3", "H4", "H5", "H8", "H9", "T"]
     assert count_tests(CLAIMS) == 21  # the Bonferroni divisor of every test in the table
-    steps = SCALES["steps"]
+    worked = SCALES["worked"]
     # the whole held-out split, k >= 4 samples per problem; seeds 10.. so no run repeats a pilot run (0, 1)
-    assert steps.eval_n == 1158 and steps.eval_k >= 4 and list(steps.seeds(5)) == [10, 11, 12, 13, 14]
-    assert len(Point("grpo", "grpo").task(steps).problems("test", steps.eval_n)) == 1158
+    assert worked.eval_n == 1158 and worked.eval_k >= 4 and list(worked.seeds(5)) == [10, 11, 12, 13, 14]
+    assert len(Point("grpo", "grpo").task(worked).problems("test", worked.eval_n)) == 1158
     # PPO gets the group methods' completions per step as distinct prompts; H5's reward is the hackable one
-    ppo = Point("ppo", "ppo").config(steps, 10)
+    ppo = Point("ppo", "ppo").config(worked, 10)
     assert (ppo.batch_size, ppo.group_size) == (64, 1)
-    assert {p.task(steps).reward_scheme for p in CLAIMS["H5"].points} == {"per_step"}
-    ds, nods = (p.config(steps, 10) for p in CLAIMS["H3"].points)
+    assert {p.task(worked).reward_scheme for p in CLAIMS["H5"].points} == {"per_step"}
+    ds, nods = (p.config(worked, 10) for p in CLAIMS["H3"].points)
     assert ds.dynamic_sampling and not nods.dynamic_sampling and nods.steps == ds.steps
     # shared configurations are trained once: 9 distinct runs per seed, not the 19 points listed
     assert sum(len(c.points) for c in CLAIMS.values()) == 19
-    assert len(plan(list(CLAIMS), steps, 5)) == 5 * 9
+    assert len(plan(list(CLAIMS), worked, 5)) == 5 * 9
     for claim in CLAIMS.values():
-        assert len({p.config(steps, 10).to_json() for p in claim.points}) == len(claim.points)
+        assert len({p.config(worked, 10).to_json() for p in claim.points}) == len(claim.points)
 
 
 def test_a_shared_run_must_agree_on_its_evaluation():
@@ -39,7 +39,7 @@ def test_a_shared_run_must_agree_on_its_evaluation():
     claims.CLAIMS["X"] = Claim("X", "twin", "-", (twin,), None, ("reward_mean",))
     try:
         with pytest.raises(ValueError, match="'grpo G=8' and 'grpo again' train the same run but disagree"):
-            jobs.plan(["H1", "X"], SCALES["steps"], 1)
+            jobs.plan(["H1", "X"], SCALES["worked"], 1)
     finally:
         del claims.CLAIMS["X"]
 
@@ -47,7 +47,7 @@ def test_a_shared_run_must_agree_on_its_evaluation():
 def test_range_shift_holds_only_problems_with_an_unseen_number():
     from minirl.study.jobs import SHIFTS, TRAINED_MAX, AboveTraining
 
-    task = AboveTraining(Point("grpo", "grpo").task(SCALES["steps"], **SHIFTS["range"]), TRAINED_MAX)
+    task = AboveTraining(Point("grpo", "grpo").task(SCALES["worked"], **SHIFTS["range"]), TRAINED_MAX)
     problems = task.problems("test", 500, seed=10)
     assert len({p.key for p in problems}) == 500
     assert all(max(p.answer["numbers"]) > 12 for p in problems)
@@ -196,14 +196,14 @@ def test_report_never_erases_results_made_by_another_code_version(tmp_path, monk
     assert (out / "STUDY.md").read_text() == before
 
 
-def test_pilot_on_the_steps_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
+def test_pilot_on_the_worked_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
     from minirl.study import pilot
 
     monkeypatch.setattr(pilot, "ARMS", pilot.ARMS[:2])  # GRPO and PPO: enough to pair, and quick
     out = tmp_path / "pilot"
-    assert study.main(["--pilot", "--scale", "steps", "--smoke", "--seeds", "2", "--out", str(out), "--device", "cpu"]) == 0
+    assert study.main(["--pilot", "--scale", "worked", "--smoke", "--seeds", "2", "--out", str(out), "--device", "cpu"]) == 0
     result = json.loads((out / "pilot.json").read_text())
-    assert result["scale"] == "steps-smoke" and set(result["runs"]) == {"grpo", "ppo"}
+    assert result["scale"] == "worked-smoke" and set(result["runs"]) == {"grpo", "ppo"}
     assert [r["seed"] for r in result["runs"]["grpo"]] == [0, 1]  # not the registered study's seeds (10..)
     run = result["runs"]["grpo"][0]
     assert {"heldout/sampled", "transfer4/sampled", "range/sampled"} <= set(run["final"])
@@ -212,8 +212,8 @@ def test_pilot_on_the_steps_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
     pair = result["pairs"]["ppo - grpo | heldout/sampled"]
     ppo, grpo = ([r["final"]["heldout/sampled"] for r in result["runs"][a]] for a in ("ppo", "grpo"))
     assert pair["per_seed"] == pytest.approx([p - g for p, g in zip(ppo, grpo)])
-    # the steps scale trains the worked-steps policy on its own task
+    # the worked scale trains the worked-steps policy on its own task
     record = json.loads(next((out / "runs").glob(f"*/{STUDY_FILE}")).read_text())
-    assert record["scale"] == "steps-smoke"
+    assert record["scale"] == "worked-smoke"
     meta = json.loads(next((out / "runs").glob("*/meta.json")).read_text())
-    assert meta["policy"] == "minirl/tiny-steps" and "countdown-steps" in meta["task"]
+    assert meta["policy"] == "minirl/tiny-worked" and "countdown-worked" in meta["task"]

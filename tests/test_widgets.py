@@ -138,14 +138,12 @@ def test_lesson_sweeps_match_panel_configs():
             assert same_config(made, run.config), (name, run.label)
 
 
-def test_panel_trains_on_the_steps_task_with_its_budget_and_plots(tmp_path, one_thread):
-    from minirl import CountdownSteps, load_policy
-    from minirl.plots import STEPS_METRICS
+def test_panel_trains_on_the_worked_task_with_its_budget_and_plots(tmp_path, one_thread):
+    from minirl.plots import WORKED_METRICS
 
     base = {k: v for k, v in BASE.items() if k not in ("max_new_tokens", "overlong_cache")}
-    p = experiment_panel("dapo", task=CountdownSteps(), policy_factory=lambda: load_policy("tiny-steps", device="cpu"),
-                         base_config=dict(base, max_gen_batches=20), metrics=STEPS_METRICS, cache=RunCache(tmp_path),
-                         background=False)
+    p = experiment_panel("dapo", task="worked", base_config=dict(base, max_gen_batches=20), metrics=WORKED_METRICS,
+                         cache=RunCache(tmp_path), background=False)
     assert p.config().max_new_tokens == 64 and p.config().overlong_cache == 16  # the task's budget, not 16 / 4
     p.click_run()
     run = p.runs[0]

@@ -22,10 +22,10 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..config import PRESETS, ConfigError, RLConfig
-from ..evaluate import task_budget
 from ..plots import LIVE_METRICS, plot_runs, runs_table
 from ..runs import Run, RunCache, run_key
-from ..tasks import task_identity
+from ..policy import load_policy
+from ..tasks import get_task, task_budget, task_identity
 from ..trainer import train
 REDRAW_SECONDS = 0.5  # at most ~2 redraws per second while a run trains
 
@@ -38,27 +38,20 @@ def same_config(a: RLConfig, b: RLConfig) -> bool:
         for x, y in ((da[k], db[k]) for k in da))
 
 
-def _default_policy():
-    from ..policy import load_policy
-
-    return load_policy(device="cpu")
-
-
 class ExperimentPanel:
     """Widgets as attributes (`lr`, `group_size`, `run_button`, ...), `runs` (finished/stopped/failed runs,
     precomputed ones first), `config()`, `wait()`, `busy`, and `widget`, the box to display."""
 
-    def __init__(self, algo: str = "grpo", *, task=None, policy_factory: Callable | None = None,
+    def __init__(self, algo: str = "grpo", *, task="compact", policy_factory: Callable | None = None,
                  base_config: dict | None = None, cache: RunCache | None = None,
                  metrics: Sequence[str] = LIVE_METRICS, precomputed: Iterable[Run] = (), background: bool = True):
         if algo not in PRESETS:
             raise ValueError(f"algo={algo!r} is not allowed: choose one of {list(PRESETS)}")
-        if task is None:
-            from ..tasks import Countdown
-
-            task = Countdown()
+        # a registry name brings its task and shipped policy; a task object trains load_policy()'s unless told
+        entry = get_task(task) if isinstance(task, str) else None
+        task = entry.make() if entry else task
         self.task, self.cache, self.background = task, cache, background
-        self.policy_factory = policy_factory or _default_policy
+        self.policy_factory = policy_factory or (lambda: load_policy(entry and entry.policy, device="cpu"))
         # the task's token budget unless base_config says otherwise (the presets' 16 on compact Countdown)
         budget = task_budget(task) if "max_new_tokens" not in (base_config or {}) else {}
         self.base_config = {**budget, **(base_config or {})}
@@ -284,7 +277,7 @@ class ExperimentPanel:
         display(self.widget)
 
 
-def experiment_panel(algo: str = "grpo", *, task=None, policy_factory: Callable | None = None,
+def experiment_panel(algo: str = "grpo", *, task="compact", policy_factory: Callable | None = None,
                      base_config: dict | None = None, cache: RunCache | None = None,
                      metrics: Sequence[str] = LIVE_METRICS, precomputed: Iterable[Run] = (),
                      background: bool = True) -> ExperimentPanel:

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import torch
 
+from ..tasks import get_task
 from . import __doc__ as OVERVIEW
 from .claims import CLAIMS
 from .jobs import run_study
 from .pilot import run_pilot
 from .points import SCALES
 
-TASK_SCALES = {"steps": "steps", "compact": "cpu"}  # --task -> the scale its study runs at
 from .report import write_report
+
+TASK_SCALES = {"worked": "worked", "compact": "cpu"}  # --task -> the scale its study runs at
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help=f"comma-separated claims to run, from {list(CLAIMS)}")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per point (the registered study: 5)")
     parser.add_argument("--out", type=Path, default=Path("study"), help="folder for runs/, results/, figures/, STUDY.md")
-    parser.add_argument("--task", default="steps", choices=list(TASK_SCALES), help="steps: worked steps and their shipped "
+    parser.add_argument("--task", default="worked", choices=[a for t in TASK_SCALES for a in (t, *get_task(t).aliases)],
+                        help="worked: worked steps and their shipped "
                         "policy (the registered study); compact: an expression answer, the tiny policy (the older study)")
     parser.add_argument("--scale", default=None, choices=sorted(SCALES), help="a scale by name, instead of --task's "
                         "(gpu: an instruct model on one GPU)")
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only {args.only!r} is not allowed: choose from {list(CLAIMS)}")
     if args.seeds < 1:
         parser.error(f"--seeds {args.seeds} is not allowed: use an integer >= 1 (2 or more for verdicts)")
-    scale = SCALES[args.scale or TASK_SCALES[args.task]]
+    scale = SCALES[args.scale or TASK_SCALES[get_task(args.task).name]]  # an earlier task name works, with a warning
     if args.model:
         scale = dataclasses.replace(scale, model=args.model)
     if args.smoke:

@@ -21,9 +21,9 @@ import torch
 
 from ..config import RLConfig
 from ..evaluate import evaluate
-from ..policy import SHIPPED_NAME, STEPS_NAME, load_policy
+from ..policy import SHIPPED, load_policy
 from ..runs import Run, _write_atomic, code_version, run_key
-from ..tasks import task_identity
+from ..tasks import get_task, task_identity
 from ..trainer import DynamicSamplingExhausted, TrainingDiverged, train
 from .claims import CLAIMS
 from .points import Point, Scale
@@ -33,13 +33,13 @@ STUDY_FILE = "study.json"  # written into a run folder once its final evaluation
 
 def policy_name(scale: Scale) -> str:
     """The name a run of this scale records for its base policy (`Policy.name` of `load_base_policy`)."""
-    return scale.model or (STEPS_NAME if scale.task == "steps" else SHIPPED_NAME)
+    return scale.model or SHIPPED[get_task(scale.task).policy][1]
 
 
 def load_base_policy(scale: Scale, device: str | None):
     if scale.model:
         return load_policy(scale.model, device=device, dtype=scale.dtype)
-    return load_policy(STEPS_NAME if scale.task == "steps" else None, device=device)
+    return load_policy(get_task(scale.task).policy, device=device)
 
 
 def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
@@ -71,7 +71,7 @@ class AboveTraining:
 # transfer test, in miniature): 4 numbers instead of 3; on the steps task also numbers 1-20 with at least one
 # above the training range 1-12 (a range of only unseen numbers, 13-24, is 0 % for every policy: the pilot)
 SHIFTS = {"heldout": dict(num_count=3), "transfer4": dict(num_count=4), "range": dict(number_range=(1, 20))}
-TRAINED_MAX = 12  # CountdownSteps' default number_range is (1, 12)
+TRAINED_MAX = 12  # WorkedCountdown's default number_range is (1, 12)
 
 
 def final_evaluation(policy, point: Point, scale: Scale, config: RLConfig) -> dict:
@@ -81,7 +81,7 @@ def final_evaluation(policy, point: Point, scale: Scale, config: RLConfig) -> di
     same problems and the same sampling seed, so differences between arms are paired down to the evaluation."""
     out = {}
     for name, shift in SHIFTS.items():
-        if (name != "heldout" and not point.transfer) or (name == "range" and scale.task != "steps"):
+        if (name != "heldout" and not point.transfer) or (name == "range" and scale.task != "worked"):
             continue  # the compact task has no numbers-above-12 shift
         task, n = point.task(scale, **shift), scale.eval_n if name == "heldout" else scale.shift_n
         if name == "range":

@@ -11,27 +11,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import RLConfig
-from ..tasks import Countdown
-from ..tasks.steps import CountdownSteps
+from ..tasks import get_task, task_budget
 
 
 @dataclass(frozen=True)
 class Scale:
-    """How big every run of the study is. `steps` is the registered study (benchmarks/study), `cpu` the older
-    compact-task one (benchmarks/study_compact)."""
+    """How big every run of the study is. `worked` is the registered study (studies/claims-worked), `cpu` the older
+    compact-task one (studies/claims-compact)."""
 
     name: str
     model: str | None = None  # None = the task's shipped tiny policy; else a folder or hub id for load_policy
-    task: str = "compact"  # "compact": Countdown, answer an expression; "steps": CountdownSteps, worked steps
+    task: str = "compact"  # a task of the registry (minirl.tasks.TASKS): "compact" or "worked"
     steps: int = 80  # rollout steps per run
     eval_every: int = 40  # held-out evaluation every this many steps (and at the end)
     eval_n: int = 300  # held-out problems per evaluation (greedy and sampled)
     eval_k: int = 1  # final evaluation: sampled completions per problem (its accuracy estimates pass@1 from k)
-    shift_n: int = 300  # final evaluation: problems of each shifted task (4 numbers; steps: numbers above 12 too)
+    shift_n: int = 300  # final evaluation: problems of each shifted task (4 numbers; worked: numbers above 12 too)
     batch_size: int = 8  # prompts per step for the group methods (PPO: batch_size * group_size prompts, G = 1)
     group_size: int = 8  # completions per prompt (G) unless a claim varies it
     lr: float = 1e-4  # base learning rate; H7 sweeps 0.3x .. 10x of it
-    max_new_tokens: int = 16  # completion limit
+    max_new_tokens: int | None = None  # completion limit; None: the task's budget (tasks.task_budget)
     prompt_style: str = "compact"  # Countdown prompt: "compact" for the tiny policy, "chat" for instruct models
     mixed_precision: str = "no"  # "bf16" on a GPU
     micro_batch_size: int = 0  # rows per forward/backward (0 = whole minibatch)
@@ -42,26 +41,41 @@ class Scale:
         """The seed list every arm of the study runs (the same list for every arm: differences are paired)."""
         return range(self.seed0, self.seed0 + n)
 
+    def make_task(self, **options):
+        """The scale's task from the registry with `options` (Countdown gets the scale's prompt style)."""
+        entry = get_task(self.task)
+        if "prompt_style" in entry.options:
+            options.setdefault("prompt_style", self.prompt_style)
+        return entry.make(**options)
+
+    def budget(self) -> dict[str, int]:
+        """max_new_tokens (L_max) and overlong_cache (L_cache) of every run: the task's, or L_max capped at
+        `max_new_tokens` with L_cache no more than a quarter of it."""
+        budget = task_budget(self.make_task())
+        if self.max_new_tokens is None or self.max_new_tokens >= budget["max_new_tokens"]:
+            return budget
+        return {"max_new_tokens": self.max_new_tokens,
+                "overlong_cache": min(budget["overlong_cache"], max(1, self.max_new_tokens // 4))}
+
     def smoke(self) -> "Scale":
         """The same model and prompts, but runs of two steps on a handful of problems (tests, CI)."""
         return dataclasses.replace(self, name=self.name + "-smoke", steps=2, eval_every=0, eval_n=4, shift_n=4,
-                                   eval_k=min(self.eval_k, 2), batch_size=2,
-                                   group_size=4, micro_batch_size=0, max_new_tokens=min(self.max_new_tokens, 24))
+                                   eval_k=min(self.eval_k, 2), batch_size=2, group_size=4, micro_batch_size=0,
+                                   max_new_tokens=24)
 
 
 SCALES = {
     # The compact task and the tiny policy: 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores (the older
     # study, benchmarks/study_compact; `--task compact`).
     "cpu": Scale("cpu"),
-    # The worked-steps task and its shipped policy (the default study): 64-token answers; at the end of a run the
+    # The worked-steps task and its shipped policy (the default study): its 64-token budget; at the end of a run the
     # whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds from 10, so
     # that no run of the registered study repeats a pilot run (seeds 0, 1).
-    "steps": Scale("steps", task="steps", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500,
-                   max_new_tokens=64, seed0=10),
+    "worked": Scale("worked", task="worked", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500, seed0=10),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
-                 group_size=8, lr=1e-6, max_new_tokens=256, prompt_style="chat", mixed_precision="bf16",
+                 group_size=8, lr=1e-6, prompt_style="chat", mixed_precision="bf16",
                  micro_batch_size=16, dtype="float32"),  # fp32 weights + bf16 autocast: bf16 weights lose 1e-6 updates
 }
 
@@ -88,20 +102,19 @@ class Point:
                  else dict(batch_size=scale.batch_size, group_size=group))
         steps_x = over.pop("steps_x", 1)
         every = scale.eval_every if steps_x == 1 or not scale.eval_every else max(1, scale.eval_every // 2)
-        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=min(scale.eval_n, 300),
-                    lr=lr, max_new_tokens=scale.max_new_tokens, mixed_precision=scale.mixed_precision,
-                    overlong_cache=max(1, scale.max_new_tokens // 4),  # DAPO's L_cache: a quarter of L_max, as task_budget
-                    micro_batch_size=scale.micro_batch_size, seed=seed, algo=self.preset)
+        base = dict(steps=int(scale.steps * steps_x), eval_every=every, eval_n=min(scale.eval_n, 300), lr=lr,
+                    **scale.budget(), mixed_precision=scale.mixed_precision, micro_batch_size=scale.micro_batch_size,
+                    seed=seed, algo=self.preset)
         return RLConfig.preset(preset, **{**base, **shape, **extra, **over})
 
     def task(self, scale: Scale, num_count: int = 3, number_range: tuple[int, int] | None = None):
         """The scale's task with this point's reward; `num_count` / `number_range` shift it for transfer tests."""
-        ranges = {} if number_range is None else {"number_range": number_range}
-        if scale.task == "steps":  # its partial-credit reward is per right step ("tinyzero" rewards the format)
-            scheme = {"tinyzero": "per_step"}.get(self.reward_scheme, self.reward_scheme)
-            return CountdownSteps(num_count=num_count, reward_scheme=scheme, **ranges)
-        return Countdown(num_count=num_count, prompt_style=scale.prompt_style, reward_scheme=self.reward_scheme,
-                         **ranges)
+        options = {"num_count": num_count, "reward_scheme": self.reward_scheme}
+        if number_range is not None:
+            options["number_range"] = number_range
+        if scale.task == "worked":  # its partial-credit reward is per right step ("tinyzero" rewards the format)
+            options["reward_scheme"] = {"tinyzero": "per_step"}.get(self.reward_scheme, self.reward_scheme)
+        return scale.make_task(**options)
 
 
 @dataclass(frozen=True)

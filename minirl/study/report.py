@@ -226,7 +226,7 @@ def summary_table(results: list[dict]) -> str:
 
 
 def _flags(scale: Scale) -> str:
-    task = "" if scale.name.startswith("steps") else " --task compact" if scale.name.startswith("cpu") else \
+    task = "" if scale.name.startswith("worked") else " --task compact" if scale.name.startswith("cpu") else \
         f" --scale {scale.name.removesuffix('-smoke')}"
     return task + (" --smoke" if "smoke" in scale.name else "")
 
@@ -291,7 +291,7 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict], m: int) ->
         "Lian 2025 (arXiv 2512.07611) trained Qwen2.5-1.5B-Instruct on Countdown with PPO, GRPO and DAPO. This "
         f"study re-tests its claims with minirl's tiny policy ({scale.name} scale, task {scale.task}: {scale.steps} steps "
         f"per run, {scale.batch_size} prompts × G {scale.group_size} completions per step, or "
-        f"{scale.batch_size * scale.group_size} prompts × 1 for PPO; answers up to {scale.max_new_tokens} tokens; base "
+        f"{scale.batch_size * scale.group_size} prompts × 1 for PPO; answers up to {scale.budget()['max_new_tokens']} tokens; base "
         f"lr {scale.lr:g}; seeds {seed_list[0]}..{seed_list[-1]} for every point). Every number below comes from the "
         f"runs of `python -m minirl study --seeds {seeds}{_flags(scale)}`; one claim: `--only H1` (and so on).", "",
         f"- **Registered.** The claims, points, metrics and verdict rules were committed before any run: {REGISTERED}.",
@@ -327,7 +327,7 @@ def _caveats(records: list[dict], scale: Scale, seeds: int) -> str:
     failed = sorted({r["point"] for r in records if r.get("error")})
     lines = ["", "## Reading these verdicts", "",
              f"- **Scale.** Each run is {scale.steps} steps of a ~1 M-parameter model on answers of up to "
-             f"{scale.max_new_tokens} tokens. *Inconclusive* means no difference larger than the MDE in its row, "
+             f"{scale.budget()['max_new_tokens']} tokens. *Inconclusive* means no difference larger than the MDE in its row, "
              "not that the paper is wrong; a verdict here says what this small setting shows.",
              f"- **Seeds.** {seeds} seeds per point: the standard errors have {seeds - 1} degrees of freedom.",
              "- **Cost of one claim.** `--only` runs only what is not cached: after the whole study, it rewrites the "

@@ -16,7 +16,7 @@ a pool of available numbers (a multiset: each value is used once):
   * every written result must be exactly right (integers; a division must be exact: b * c == a);
   * the last attempt must consume every given number and end on the target.
 It is bounded before any work (characters, attempts, steps, digits per number), so any string, however
-hostile, is answered in well under a millisecond; tests/test_steps.py fuzzes it.
+hostile, is answered in well under a millisecond; tests/test_worked_task.py fuzzes it.
 
 Reward schemes: binary 0/1, tinyzero 0/0.1/1 (0.1 for a readable trace), dapo -1/+1, and `per_step`, which
 adds `step_credit` for every right step in any attempt. `per_step` is *deliberately hackable*: a policy can
@@ -133,7 +133,7 @@ def render_steps(steps: list[tuple[int, str, int, int]]) -> str:
 
 
 @dataclass
-class CountdownSteps:
+class WorkedCountdown:
     """Countdown where the answer is a chain of written steps; see the module docstring for the format."""
 
     num_count: int = 3  # how many numbers each problem gives: 2 to 5
@@ -144,23 +144,23 @@ class CountdownSteps:
     step_credit: float = 0.1  # per_step only: reward per right step in any attempt, on top of 1 for correct
     retry_rate: float = 0.0  # share of reference solutions (SFT data) that first miss, restart with '|', then solve
     test_fraction: float = 0.25  # share of problem keys (sorted numbers|target) held out: 1 158 for the defaults
-    name: str = "countdown-steps"  # identifier used in logs
+    name: str = "countdown-worked"  # identifier used in logs
 
     def __post_init__(self) -> None:
         if type(self.num_count) is not int or not 2 <= self.num_count <= 5:
-            raise ValueError(f"CountdownSteps.num_count={self.num_count!r} is not allowed: use an integer from 2 to 5")
-        self.number_range = _check_range("CountdownSteps.number_range", self.number_range, 1, 99)
-        self.target_range = _check_range("CountdownSteps.target_range", self.target_range, 1, 99999)
-        _check_operators(self.operators, "CountdownSteps.operators")
+            raise ValueError(f"WorkedCountdown.num_count={self.num_count!r} is not allowed: use an integer from 2 to 5")
+        self.number_range = _check_range("WorkedCountdown.number_range", self.number_range, 1, 99)
+        self.target_range = _check_range("WorkedCountdown.target_range", self.target_range, 1, 99999)
+        _check_operators(self.operators, "WorkedCountdown.operators")
         if self.reward_scheme not in REWARD_SCHEMES:
-            raise ValueError(f"CountdownSteps.reward_scheme={self.reward_scheme!r} is not allowed: use one of "
+            raise ValueError(f"WorkedCountdown.reward_scheme={self.reward_scheme!r} is not allowed: use one of "
                              f"{', '.join(map(repr, REWARD_SCHEMES))}")
         for field, value in (("step_credit", self.step_credit), ("retry_rate", self.retry_rate)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ValueError(f"CountdownSteps.{field}={value!r} is not allowed: use a number from 0 to 1")
-        check_test_fraction("CountdownSteps", self.test_fraction)
+                raise ValueError(f"WorkedCountdown.{field}={value!r} is not allowed: use a number from 0 to 1")
+        check_test_fraction("WorkedCountdown", self.test_fraction)
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"CountdownSteps.name={self.name!r} is not allowed: use a non-empty string")
+            raise ValueError(f"WorkedCountdown.name={self.name!r} is not allowed: use a non-empty string")
 
     # -- problems
 
@@ -171,12 +171,13 @@ class CountdownSteps:
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
         """n problems from "train" (may repeat) or "test" (distinct keys); deterministic in (split, n, seed)."""
+        # the seed string keeps the task's first name, so every problem draw is the one earlier runs saw
         rng = random.Random(f"countdown-steps|{self.num_count}|{split}|{seed}")  # str seeds: sha512, stable
         # Asking for the whole test split is a coupon collector over unequal odds: with the defaults the rarest
         # held-out problems come up once in ~15 000 draws (p = 6.6e-5) and the last new one can take 40 000
         # draws in a row (seed 3), so a give-up bound of 20 000 failed for some seeds. 200 000 misses in a row
         # has odds of about e^-13 per rare problem and costs ~3 s when the split really is exhausted.
-        return sample_split(self._draw, split, n, rng, self.test_fraction, MAX_MISSES, "CountdownSteps")
+        return sample_split(self._draw, split, n, rng, self.test_fraction, MAX_MISSES, "WorkedCountdown")
 
     def _random_chain(self, rng: random.Random, numbers: list[int]) -> list[tuple[int, str, int, int]] | None:
         """Combine two random numbers of the pool until one is left, every result a non-negative integer
@@ -219,7 +220,7 @@ class CountdownSteps:
                 solution=solution,
                 key=",".join(map(str, sorted(numbers))) + f"|{target}",
             )
-        raise ValueError(f"CountdownSteps could not make a problem with target_range={self.target_range} from "
+        raise ValueError(f"WorkedCountdown could not make a problem with target_range={self.target_range} from "
                          f"number_range={self.number_range}, operators={self.operators!r}: widen the ranges")
 
     # -- scoring

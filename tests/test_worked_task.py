@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minirl.tasks import CountdownSteps, Problem, in_test_split, replay
-from minirl.tasks.steps import MAX_ATTEMPTS, MAX_DIGITS, MAX_STEPS, MAX_TRACE_CHARS, UNREADABLE, parse_step
+from minirl.tasks import WorkedCountdown, Problem, in_test_split, replay
+from minirl.tasks.worked import MAX_ATTEMPTS, MAX_DIGITS, MAX_STEPS, MAX_TRACE_CHARS, UNREADABLE, parse_step
 
 FUZZ = settings(max_examples=300, deadline=500, suppress_health_check=[HealthCheck.too_slow])
 NUMBERS, TARGET = (3, 5, 7), 26
@@ -144,7 +144,7 @@ def test_replay_grammar_alphabet_fuzz(text: str, numbers: tuple, target: int) ->
 @FUZZ
 @given(st.data())
 def test_every_generated_chain_replays_correct(data) -> None:
-    task = CountdownSteps(num_count=data.draw(st.integers(2, 5)), operators=data.draw(st.sampled_from(["+-*", "+-*/", "+", "*-"])),
+    task = WorkedCountdown(num_count=data.draw(st.integers(2, 5)), operators=data.draw(st.sampled_from(["+-*", "+-*/", "+", "*-"])),
                           retry_rate=data.draw(st.sampled_from([0.0, 0.5, 1.0])), target_range=(1, 99999))
     problem = task.problems("train", 1, seed=data.draw(st.integers(0, 10**6)))[0]
     score = task.score(problem, problem.solution)
@@ -153,7 +153,7 @@ def test_every_generated_chain_replays_correct(data) -> None:
 
 # --------------------------------------------------------------------------- problems
 def test_held_out_split_has_over_a_thousand_distinct_problems() -> None:
-    test = CountdownSteps().problems("test", 1000, seed=0)
+    test = WorkedCountdown().problems("test", 1000, seed=0)
     assert len({p.key for p in test}) == 1000
     assert all(in_test_split(p.key, 0.25) for p in test)
 
@@ -175,16 +175,16 @@ def _held_out_keys_by_enumeration() -> set[str]:
 @pytest.mark.parametrize("seed", [3, 13])  # seeds whose last new problem took > 20 000 draws in a row
 def test_the_whole_held_out_split_can_be_drawn_and_no_more(seed: int) -> None:
     split = _held_out_keys_by_enumeration()
-    assert len(split) == 1158  # the size the study evaluates on (SCALES["steps"].eval_n)
-    assert {p.key for p in CountdownSteps().problems("test", len(split), seed=seed)} == split
+    assert len(split) == 1158  # the size the study evaluates on (SCALES["worked"].eval_n)
+    assert {p.key for p in WorkedCountdown().problems("test", len(split), seed=seed)} == split
     if seed == 3:
         with pytest.raises(ValueError, match=r"n=1159\) found only 1158 distinct problems"):
-            CountdownSteps().problems("test", len(split) + 1, seed=seed)
+            WorkedCountdown().problems("test", len(split) + 1, seed=seed)
 
 
 @pytest.mark.parametrize("num_count", [3, 4])
 def test_train_and_test_never_overlap_and_are_deterministic(num_count: int) -> None:
-    task = CountdownSteps(num_count=num_count)
+    task = WorkedCountdown(num_count=num_count)
     train = task.problems("train", 2000, seed=1)
     test = task.problems("test", 300, seed=1)
     assert not {p.key for p in train} & {p.key for p in test}
@@ -192,10 +192,10 @@ def test_train_and_test_never_overlap_and_are_deterministic(num_count: int) -> N
 
 
 def test_prompt_format_and_retry_solutions() -> None:
-    problem = CountdownSteps(num_count=4).problems("train", 1, seed=0)[0]
+    problem = WorkedCountdown(num_count=4).problems("train", 1, seed=0)[0]
     numbers, target = problem.answer["numbers"], problem.answer["target"]
     assert problem.prompt == ",".join(map(str, numbers)) + f":{target:03d}="
-    solutions = [p.solution for p in CountdownSteps(retry_rate=0.5).problems("train", 400, seed=0)]
+    solutions = [p.solution for p in WorkedCountdown(retry_rate=0.5).problems("train", 400, seed=0)]
     with_retry = sum("|" in s for s in solutions) / len(solutions)
     assert 0.3 < with_retry < 0.55  # about half, less the draws whose "miss" happened to hit the target
 
@@ -209,7 +209,7 @@ PROBLEM = Problem(prompt="3,5,7:026=", answer={"numbers": NUMBERS, "target": TAR
     ("per_step", 1.2, 0.2, 0.0),
 ])
 def test_reward_schemes(scheme: str, right: float, readable_wrong: float, garbage: float) -> None:
-    task = CountdownSteps(reward_scheme=scheme)
+    task = WorkedCountdown(reward_scheme=scheme)
     assert task.score(PROBLEM, "3*7=21,21+5=26").reward == pytest.approx(right)
     assert task.score(PROBLEM, "3+5=8,8*7=56").reward == pytest.approx(readable_wrong)
     assert task.score(PROBLEM, "hello").reward == pytest.approx(garbage)
@@ -217,17 +217,17 @@ def test_reward_schemes(scheme: str, right: float, readable_wrong: float, garbag
 
 def test_per_step_reward_is_hackable_by_design() -> None:
     """Useless but correct steps, restart after restart, out-earn the solution: the reward-hacking experiment."""
-    task = CountdownSteps(reward_scheme="per_step")
+    task = WorkedCountdown(reward_scheme="per_step")
     solution = task.score(PROBLEM, "3*7=21,21+5=26")
     padding = task.score(PROBLEM, "|".join(["3+5=8,8+7=15"] * 8))
     assert not padding.correct and padding.reward > solution.reward
 
 
 def test_score_components() -> None:
-    score = CountdownSteps().score(PROBLEM, "3+5=8,8*7=56|3*7=21,21+5=26")
+    score = WorkedCountdown().score(PROBLEM, "3+5=8,8*7=56|3*7=21,21+5=26")
     assert score.components == {"format_ok": 1.0, "arithmetic_ok": 1.0, "numbers_ok": 1.0, "correct": 1.0,
                                 "attempts": 2.0, "steps": 4.0, "valid_steps": 4.0}
-    assert CountdownSteps().score(PROBLEM, None).components["format_ok"] == 0.0  # not even a string
+    assert WorkedCountdown().score(PROBLEM, None).components["format_ok"] == 0.0  # not even a string
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -237,5 +237,5 @@ def test_score_components() -> None:
     ({"retry_rate": -0.1}, "retry_rate"), ({"test_fraction": 1.0}, "test_fraction"), ({"name": ""}, "name"),
 ])
 def test_validation_names_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=f"CountdownSteps.{field}="):
-        CountdownSteps(**kwargs)
+    with pytest.raises(ValueError, match=f"WorkedCountdown.{field}="):
+        WorkedCountdown(**kwargs)
