@@ -94,7 +94,7 @@ def run_trl(task_name: str, steps: int, warmup: int) -> dict:
     task, policy = make_task(), make_policy()
     config = minirl_config(task, warmup + steps)
     # minirl's prompts of every step, in order; TRL's RepeatSampler repeats each one G times, as minirl does
-    problems = [p for s in range(config.steps) for p in task.problems("train", BATCH, seed=step_seed(config, s))]
+    problems = [p for s in range(1, config.steps + 1) for p in task.problems("train", BATCH, seed=step_seed(config, s, 0))]
     # TRL tokenises text prompts with add_special_tokens=False: give it the text minirl's encode_prompts tokenises
     if policy.use_chat_template:
         texts = [policy.tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False,

@@ -170,33 +170,22 @@ def sft_worked(args) -> int:
     return 0
 
 
-def field_help() -> dict[str, str]:
-    """RLConfig's one-line field comments, reused as --help text (one source of truth)."""
-    import inspect
-    import re
-
-    from . import config
-
-    return dict(re.findall(r"^    (\w+): [^#\n]+# (.+)$", inspect.getsource(config.RLConfig), re.M))
-
-
 def add_config_args(p: argparse.ArgumentParser) -> None:
-    """One --flag per RLConfig field; unset flags keep the preset's value."""
+    """One --flag per RLConfig field, its help the field's own (config.knob); unset flags keep the preset's value."""
     import dataclasses
 
     from .config import RLConfig
 
-    helps = field_help()
     for f in dataclasses.fields(RLConfig):
         if f.name == "algo":
             continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
+        flag, text = "--" + f.name.replace("_", "-"), f.metadata["help"].replace("%", "%%")  # argparse formats %
+        if f.type == "bool":
             p.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes", "on"), default=None,
-                           metavar="BOOL", help=helps.get(f.name, ""))
+                           metavar="BOOL", help=f"{text} (default: preset)")
         else:
-            kind = {"int": int, "float": float, "str": str}.get(str(f.type), str)
-            p.add_argument(flag, type=kind, default=None, help=f"{helps.get(f.name, '')} (default: preset)")
+            kind = {"int": int, "float": float, "str": str}[f.type]
+            p.add_argument(flag, type=kind, default=None, help=f"{text} (default: preset)")
 
 
 def config_from_args(args, task=None):
@@ -231,8 +220,9 @@ def cmd_train(args) -> int:
     task = make_task(args, policy)
     config = config_from_args(args, task)
     cache = None if args.no_cache or args.run_dir else RunCache(args.cache)
+    report_to = [name.strip() for name in args.report_to.split(",")] if args.report_to else None
     run = train(policy, task, config, run_dir=args.run_dir, resume=args.resume, cache=cache,
-                progress=not args.quiet)
+                progress=not args.quiet, report_to=report_to)
     if not PartialState().is_main_process:  # under a launcher only the main process keeps metrics and saves
         return 0
     first = run.history[0]
@@ -303,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
     p.add_argument("--no-cache", action="store_true", help="always train, never answer from the run cache")
     p.add_argument("--save-policy", default=None, help="also save the trained policy to this folder")
+    p.add_argument("--report-to", default=None, help="experiment trackers for the metrics and the completions, as "
+                   "accelerate names them (tensorboard, trackio, wandb, ..., comma-separated, or all); they write "
+                   "into the run folder")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--config-json", default=None, help="a whole RLConfig as JSON (overrides --algo and the flags)")

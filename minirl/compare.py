@@ -38,9 +38,9 @@ def compare_configs(algos=PAPER_ALGOS, task: str = "compact", **overrides) -> di
     return {a: RLConfig.preset(a, **{**budget, "lr": rates.get(a, 1e-4), **overrides}) for a in algos}
 
 
-def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str, policy_name: str) -> Run:
+def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str, policy_identity: str) -> Run:
     """Train one config in a child process (unless cached) and return its Run from the cache."""
-    key = run_key(policy_name, task_identity(get_task(task).make()), config)
+    key = run_key(policy_identity, task_identity(get_task(task).make()), config)
     run = cache.get(key)
     if run is not None:
         print(f"{config.algo}: answered from the run cache ({cache.path_for(key)})")
@@ -124,7 +124,7 @@ def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Pat
     entry = get_task(task)
     base = load_policy(entry.policy, device="cpu")
     configs = compare_configs(algos, entry.name, **overrides)
-    runs = [run_one(cfg, cache, threads, quiet, entry.name, base.name) for cfg in configs.values()]
+    runs = [run_one(cfg, cache, threads, quiet, entry.name, base.identity()) for cfg in configs.values()]
     rows = [summary_row(r) for r in runs]
     tiny = base.model
     n_tiny = sum(p.numel() for p in tiny.parameters())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from .losses import AGGREGATION_MODES, KL_ESTIMATORS
 
@@ -28,70 +28,83 @@ class ConfigError(ValueError):
     """An RLConfig field has a value that is out of range or inconsistent with another field."""
 
 
+def knob(default, help: str):
+    """A field and its help: the one text that `--help`, `field_help()` and the docs table show."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class RLConfig:
+    """Every knob of one run; `field_help()` says what each one does (the same text as `--help`)."""
+
     # --- what is trained on, per step ---
-    algo: str = "grpo"  # a label for records and plots (set by `preset`); no behaviour depends on it
-    batch_size: int = 8  # prompts per rollout step
-    group_size: int = 8  # completions sampled per prompt (G); PPO uses 1
-    steps: int = 60  # rollout steps (each: sample, score, learn)
+    algo: str = knob("grpo", "a label for records and plots (set by `preset`); no behaviour depends on it")
+    batch_size: int = knob(8, "prompts per rollout step")
+    group_size: int = knob(8, "completions sampled per prompt (G); PPO uses 1")
+    steps: int = knob(60, "RL steps of the run (each: sample, score, learn)")
     # --- optimisation ---
-    lr: float = 3e-5  # AdamW learning rate of the policy
-    epochs: int = 1  # mu: passes over each rollout (1 = on-policy, ratio stays 1 on the first pass)
-    minibatches: int = 1  # optimiser steps per epoch; the rollout is split into this many minibatches
-    micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = the minibatch in length_buckets passes
-    length_buckets: int = 2  # passes per minibatch when micro_batch_size = 0: rows sorted by length, each pass padded
-    #                          only to its own longest completion (same gradient); one pass when that saves < 1/5 of
-    #                          the padding (step.length_sorted_passes); 1 = always one padded pass
-    share_prompts: bool = True  # forward each distinct prompt of a pass once and continue its G completions from its
-    #                             KV cache (same log-probs and gradient); False = prompt + completion for every row
-    max_grad_norm: float = 1.0  # clip the global gradient norm (0 = off)
-    warmup_steps: int = 0  # linear learning-rate warm-up, in optimiser steps
-    weight_decay: float = 0.0  # AdamW weight decay
-    adam_beta1: float = 0.9  # AdamW beta1
-    adam_beta2: float = 0.999  # AdamW beta2 (TRL / verl default)
-    adam_eps: float = 1e-8  # AdamW epsilon
-    fused_adamw: bool = True  # torch's fused AdamW kernel (same update to float tolerance, ~4x faster step at this
-    #                           size; not used under fp16); False = the plain per-tensor loop
+    lr: float = knob(3e-5, "AdamW learning rate of the policy")
+    epochs: int = knob(1, "mu: passes over each rollout (1 = on-policy, ratio stays 1 on the first pass)")
+    minibatches: int = knob(1, "optimiser steps per epoch; the rollout is split into this many minibatches")
+    micro_batch_size: int = knob(0, "rows per forward/backward (gradient accumulation); 0 = the minibatch in "
+                                    "length_buckets passes")
+    length_buckets: int = knob(2, "passes per minibatch when micro_batch_size = 0: rows sorted by length, each pass "
+                                  "padded only to its own longest completion (same gradient); one pass when that "
+                                  "saves < 1/5 of the padding (step.length_sorted_passes); 1 = always one padded "
+                                  "pass")
+    share_prompts: bool = knob(True, "forward each distinct prompt of a pass once and continue its G completions "
+                                     "from its KV cache (same log-probs and gradient); False = prompt + completion "
+                                     "for every row")
+    max_grad_norm: float = knob(1.0, "clip the global gradient norm (0 = off)")
+    warmup_steps: int = knob(0, "linear learning-rate warm-up, in optimiser steps")
+    weight_decay: float = knob(0.0, "AdamW weight decay")
+    adam_beta1: float = knob(0.9, "AdamW beta1")
+    adam_beta2: float = knob(0.999, "AdamW beta2 (TRL / verl default)")
+    adam_eps: float = knob(1e-8, "AdamW epsilon")
+    fused_adamw: bool = knob(True, "torch's fused AdamW kernel: one kernel for the whole update instead of a dozen "
+                                   "small ops per tensor, the same update to float tolerance (BENCHMARKS.md section "
+                                   "6 times it); not used under fp16; False = the plain per-tensor loop")
     # --- policy loss ---
-    clip_low: float = 0.2  # epsilon_low: ratio is clipped below at 1 - clip_low
-    clip_high: float = 0.2  # epsilon_high: ratio is clipped above at 1 + clip_high (DAPO: 0.28)
-    dual_clip: float = 0.0  # dual-clip constant c > 1 (Ye et al. 2020) caps the loss of A < 0 tokens; 0 = off
-    loss_agg: str = "seq-mean-token-mean"  # how per-token losses become one number, see losses.aggregate
-    entropy_coef: float = 0.0  # bonus on the policy's entropy (subtracted from the loss)
+    clip_low: float = knob(0.2, "epsilon_low: ratio is clipped below at 1 - clip_low")
+    clip_high: float = knob(0.2, "epsilon_high: ratio is clipped above at 1 + clip_high (DAPO: 0.28)")
+    dual_clip: float = knob(0.0, "dual-clip constant c > 1 (Ye et al. 2020) caps the loss of A < 0 tokens; 0 = off")
+    loss_agg: str = knob("seq-mean-token-mean", "how per-token losses become one number, see losses.aggregate")
+    entropy_coef: float = knob(0.0, "bonus on the policy's entropy (subtracted from the loss)")
     # --- KL to a frozen reference (only then is a reference model kept) ---
-    kl_coef: float = 0.0  # beta; 0 = no KL term and no reference model
-    kl_estimator: str = "k3"  # k1 = l, k2 = l^2/2, k3 = exp(-l) - 1 + l with l = log pi - log pi_ref
-    kl_placement: str = "loss"  # "loss" (GRPO: + beta * KL in the loss) or "reward" (PPO: - beta * KL per token)
+    kl_coef: float = knob(0.0, "beta; 0 = no KL term and no reference model")
+    kl_estimator: str = knob("k3", "k1 = l, k2 = l^2/2, k3 = exp(-l) - 1 + l with l = log pi - log pi_ref")
+    kl_placement: str = knob("loss", '"loss" (GRPO: + beta * KL in the loss) or "reward" (PPO: - beta * KL per token)')
     # --- advantages ---
-    advantage: str = "group"  # "gae" (PPO, needs a critic), "group" (GRPO/DAPO), "rloo" (leave-one-out)
-    adv_scale: str = "group"  # divide by the group's std, the batch's std, or "none" (Dr. GRPO)
-    adv_eps: float = 1e-4  # added to the std so near-uniform groups cannot blow advantages up
-    whiten_advantages: bool = False  # normalise advantages over the batch (PPO's usual trick)
-    gamma: float = 1.0  # discount per token (GAE)
-    lam: float = 0.95  # GAE lambda
+    advantage: str = knob("group", '"gae" (PPO, needs a critic), "group" (GRPO/DAPO), "rloo" (leave-one-out)')
+    adv_scale: str = knob("group", "divide by each group's std (group), the batch's std (batch) or nothing (none, "
+                                   "Dr. GRPO)")
+    adv_eps: float = knob(1e-4, "added to the std so near-uniform groups cannot blow advantages up")
+    whiten_advantages: bool = knob(False, "normalise advantages over the batch (PPO's usual trick)")
+    gamma: float = knob(1.0, "discount per token (GAE)")
+    lam: float = knob(0.95, "GAE lambda")
     # --- critic (PPO) ---
-    critic: str = "none"  # "none", "head" (value head on the policy trunk) or "separate" (own small model)
-    vf_coef: float = 0.5  # weight of the value loss
-    value_clip: float = 0.2  # PPO2 value clipping around the old values (0 = off)
-    critic_lr: float = 0.0  # learning rate of the critic's own parameters (0 = 10x lr)
+    critic: str = knob("none", '"none", "head" (value head on the policy trunk) or "separate" (own small model)')
+    vf_coef: float = knob(0.5, "weight of the value loss")
+    value_clip: float = knob(0.2, "PPO2 value clipping around the old values (0 = off)")
+    critic_lr: float = knob(0.0, "learning rate of the critic's own parameters (0 = 10x lr)")
     # --- DAPO (Yu et al. 2025), each its own switch ---
-    dynamic_sampling: bool = False  # drop groups whose rewards are all equal, sample more until the batch is full
-    max_gen_batches: int = 4  # give up (clear error) after this many generation rounds per step
-    overlong_filter: bool = False  # truncated completions get no loss (mask them out)
-    overlong_punishment: bool = False  # soft length penalty in the last `overlong_cache` tokens (DAPO eq. 13)
-    overlong_cache: int = 4  # L_cache, in tokens; L_max is max_new_tokens
+    dynamic_sampling: bool = knob(False, "drop groups whose rewards are all equal, sample more until the batch is full")
+    max_gen_batches: int = knob(4, "give up (clear error) after this many generation rounds per step")
+    overlong_filter: bool = knob(False, "truncated completions get no loss (mask them out)")
+    overlong_punishment: bool = knob(False, "soft length penalty in the last `overlong_cache` tokens (DAPO eq. 13)")
+    overlong_cache: int = knob(4, "L_cache, in tokens; L_max is max_new_tokens")
     # --- sampling ---
-    temperature: float = 1.0  # sampling temperature; log-probs are always computed at this temperature
-    top_p: float = 1.0  # nucleus sampling mass
-    max_new_tokens: int = 16  # completion length limit (L_max)
+    temperature: float = knob(1.0, "sampling temperature; log-probs are always computed at this temperature")
+    top_p: float = knob(1.0, "nucleus sampling mass")
+    max_new_tokens: int = knob(16, "completion length limit (L_max)")
     # --- evaluation, checkpoints, reproducibility ---
-    eval_every: int = 10  # held-out evaluation every this many steps (0 = only at the end)
-    eval_n: int = 200  # held-out problems per evaluation
-    eval_sampled_k: int = 1  # samples per problem for the sampled (T = temperature) evaluation
-    checkpoint_every: int = 0  # save a checkpoint every this many steps (0 = only at the end); needs a run dir
-    mixed_precision: str = "no"  # "no", "bf16" or "fp16" (GPU), passed to accelerate
-    seed: int = 0  # seeds problem order, sampling and initialisation of new heads
+    eval_every: int = knob(10, "held-out evaluation every this many steps (0 = only at the end)")
+    eval_n: int = knob(200, "held-out problems per evaluation")
+    eval_sampled_k: int = knob(1, "samples per problem for the sampled (T = temperature) evaluation")
+    checkpoint_every: int = knob(0, "save a checkpoint every this many steps (0 = only at the end); needs a run dir")
+    mixed_precision: str = knob("no", '"no", "bf16" or "fp16" (GPU): the autocast dtype of every forward pass '
+                                      '(weights stay as loaded); fp16 on a GPU also scales the loss (a GradScaler)')
+    seed: int = knob(0, "seeds problem order, sampling and initialisation of new heads")
 
     # ------------------------------------------------------------------
     @classmethod
@@ -194,6 +207,18 @@ class RLConfig:
         return self
 
 
+def field_help() -> dict[str, str]:
+    """Each RLConfig field's help, by name, in field order."""
+    return {f.name: f.metadata["help"] for f in fields(RLConfig)}
+
+
+def fields_table() -> str:
+    """A Markdown table of every field: name, type, default, help (minirl/README.md holds it; a test compares)."""
+    rows = [f"| `{f.name}` | {f.type} | `{f.default!r}` | " + f.metadata["help"].replace("|", "\\|") + " |"
+            for f in fields(RLConfig)]
+    return "\n".join(["| field | type | default | what it does |", "|---|---|---|---|", *rows])
+
+
 # Where each default comes from:
 # - PPO: Schulman et al. 2017 (eps 0.2, several epochs of minibatches), GAE lambda 0.95 (Schulman 2016),
 #   value clipping and advantage whitening as in the PPO-for-LLM implementations (Ouyang 2022, TRL PPOTrainer),
@@ -213,8 +238,8 @@ PRESETS: dict[str, dict] = {  # the algorithms minirl offers, by name
     "grpo": dict(advantage="group", adv_scale="group", kl_coef=0.04, kl_estimator="k3", kl_placement="loss",
                  loss_agg="seq-mean-token-mean"),
     "dapo": dict(advantage="group", adv_scale="group", clip_low=0.2, clip_high=0.28, dynamic_sampling=True,
-                 max_gen_batches=10, minibatches=4, loss_agg="token-mean", overlong_punishment=True, overlong_filter=False,
-                 kl_coef=0.0),
+                 max_gen_batches=10, minibatches=4, loss_agg="token-mean", overlong_punishment=True,
+                 overlong_filter=False, kl_coef=0.0),
     "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
 }

@@ -22,14 +22,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @torch.no_grad()
 def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int | None = None, batch_size: int = 256,
-             split: str = "test", seed: int = 0, progress: bool | None = None) -> dict[str, float]:
+             split: str = "test", seed: int = 0, progress: bool | None = None, keep: int = 0) -> dict:
     """Evaluate on `n` problems of `split` (the held-out split by default).
 
     greedy=True decodes argmax (k must be 1); greedy=False samples k completions per problem at
     `temperature`. Returns accuracy (mean over all samples), pass_at_k (unbiased estimator with
     n_samples = k, i.e. "any of the k is correct"), format_rate, mean_length (tokens, EOS included),
     truncation_rate, reward_mean, the mean of every score component as `rate/<name>` (e.g. rate/numbers_ok),
-    and the settings used.
+    and the settings used. keep > 0 adds "completions": what the policy wrote for the first `keep` problems (the
+    first of their k samples), each {prompt, completion, reward, correct, components}; the same (n, seed) gives
+    the same problems, so the evaluations of a run can be read side by side.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"evaluate: n={n!r} is not allowed: use an integer >= 1 (number of problems)")
@@ -47,7 +49,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     jobs = [p for p in problems for _ in range(k)]  # k consecutive samples per problem
     was_training = policy.model.training
     policy.model.eval()
-    correct, rewards, lengths, truncated, parts = [], [], [], [], {}
+    correct, rewards, lengths, truncated, parts, kept = [], [], [], [], {}, []
     starts = range(0, len(jobs), batch_size)
     show = progress if progress is not None else len(starts) > 4
     for start in tqdm(starts, desc="evaluate", disable=not show, leave=False, file=sys.stdout):
@@ -55,8 +57,11 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         ids, mask = policy.encode_prompts([p.prompt for p in batch])
         roll = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
                       top_p=top_p, greedy=greedy, generator=generator)
-        for problem, text in zip(batch, roll.texts):
+        for j, (problem, text) in enumerate(zip(batch, roll.texts), start):
             score = task.score(problem, text)
+            if j % k == 0 and j // k < keep:
+                kept.append({"prompt": problem.prompt, "completion": text, "reward": score.reward,
+                             "correct": score.correct, "components": dict(score.components)})
             correct.append(float(score.correct))
             rewards.append(score.reward)
             for name, value in score.components.items():
@@ -79,4 +84,5 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         "k": k,
         "greedy": greedy,
         "temperature": temperature,
+        **({"completions": kept} if keep else {}),
     }

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import AutoLocator, NullLocator, PercentFormatter
 
 from .config import RLConfig
-from .runs import Run
+from .runs import Run, markdown_table
 
 # What the live widget shows while a run trains: is it learning, is it still exploring, is it drifting away?
 LIVE_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "kl_ref", "clip_frac_high", "completion_len_mean")
@@ -270,3 +270,20 @@ def runs_table(runs: Run | Iterable[Run], columns: Sequence[str] = TABLE_COLUMNS
 
     rule = "|" + "|".join(["-" * (widths[0] + 2)] + ["-" * (w + 1) + ":" for w in widths[1:]]) + "|"
     return "\n".join([line(rows[0]), rule, *(line(r) for r in rows[1:])])
+
+
+
+def completions_table(run: Run, problems: int = 4, decoding: str = "sampled") -> str:
+    """What the policy wrote for the same held-out problems before training (step 0) and at its last evaluation,
+    as a markdown table; ✓ marks a correct answer. Empty if the run kept no completions."""
+    if decoding not in ("greedy", "sampled"):
+        raise ValueError(f"decoding={decoding!r} is not allowed: use 'greedy' or 'sampled'")
+    rows = [r for r in run.completions if r.get("decoding") == decoding]
+    if not rows:
+        return ""
+    first, last = min(r["step"] for r in rows), max(r["step"] for r in rows)
+    after = {r["prompt"]: r for r in rows if r["step"] == last}
+    mark = lambda r: "-" if r is None else ("✓ " if r["correct"] else "✗ ") + (r["completion"] or "(empty)")  # noqa: E731
+    return markdown_table(["prompt", f"step {first} ({decoding})", f"step {last} ({decoding})"],
+                          [[r["prompt"], mark(r), mark(after.get(r["prompt"]))]
+                           for r in rows if r["step"] == first][:problems])

@@ -9,6 +9,7 @@ very same `AutoModelForCausalLM` / `AutoTokenizer` path, so everything downstrea
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import json
 import os
@@ -60,6 +61,15 @@ class Policy:
     @property
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    def identity(self) -> str:
+        """What a run's cache key calls this policy: its name and a digest of its weights as they are now. Training
+        changes the weights and so the identity: a trained policy is never taken for the one it was loaded as."""
+        digest = hashlib.sha256()
+        for name, tensor in self.model.state_dict().items():
+            digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        return f"{self.name}@{digest.hexdigest()[:12]}"
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokenise prompts, left-padded, on the policy's device -> (input_ids (B, P), attention_mask (B, P))."""

@@ -1,12 +1,14 @@
 """A training run on disk: its config, one metrics row per step, and a little metadata; plus a cache of runs.
 
-A run folder holds three files:
+A run folder holds these files:
 
-    config.json    the RLConfig, as `RLConfig.to_dict()`
-    meta.json      policy name, task, code version, status ("running" | "finished" | "failed" | "stopped"), ...
-    metrics.jsonl  one JSON object per rollout step, appended and flushed as soon as the step ends
+    config.json        the RLConfig, as `RLConfig.to_dict()`
+    meta.json          policy name, task, code version, status ("running" | "finished" | "failed" | "stopped"), ...
+    metrics.jsonl      one JSON object per rollout step, appended and flushed as soon as the step ends
+    completions.jsonl  what the policy wrote at each evaluation: a few fixed held-out problems, one JSON object per
+                       (step, decoding, problem) with the prompt, the completion, its reward, components and correctness
 
-`metrics.jsonl` is append-only while training, so a run that crashes or is interrupted keeps every step it
+The .jsonl files are append-only while training, so a run that crashes or is interrupted keeps every step it
 finished; `Run.load` skips a half-written last line. Files are written by Python's `json`, which writes NaN and
 ±inf as the bare tokens `NaN` / `Infinity` / `-Infinity`: Python's `json` reads them back exactly, strict JSON
 parsers do not. numpy and torch scalars are converted with `.item()`.
@@ -31,7 +33,7 @@ from typing import Any
 from .config import RLConfig
 
 STATUSES = ("running", "finished", "failed", "stopped")
-CONFIG_FILE, META_FILE, METRICS_FILE = "config.json", "meta.json", "metrics.jsonl"
+CONFIG_FILE, META_FILE, METRICS_FILE, COMPLETIONS_FILE = "config.json", "meta.json", "metrics.jsonl", "completions.jsonl"
 # minirl's wings (README.md, "Architecture"): sub-packages that use the RL core and that the core never imports, so
 # nothing in them can change a training result. `code_version` hashes everything else.
 WINGS = ("course", "study")
@@ -88,8 +90,17 @@ def _end_unfinished_line(file: Path) -> None:
             f.truncate(start)  # half a row: drop it
 
 
-def _read_metrics(file: Path) -> list[dict]:
-    """Rows of a metrics.jsonl; an unreadable *last* line is a write cut short by a crash and is skipped."""
+def _append_line(file: Path, line: str) -> None:
+    """Append one JSON line and flush it to disk (a crash afterwards keeps it)."""
+    _end_unfinished_line(file)
+    with open(file, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_jsonl(file: Path) -> list[dict]:
+    """Rows of a .jsonl file; an unreadable *last* line is a write cut short by a crash and is skipped."""
     if not file.exists():
         return []
     lines = [line for line in file.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
@@ -116,16 +127,25 @@ def _as_float(value: Any) -> float:
         return math.nan
 
 
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table of strings and numbers; pipes and line breaks inside a cell are escaped."""
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ").strip() or " "  # noqa: E731
+    return "\n".join(["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(map(cell, row)) + " |" for row in rows])
+
+
 # ----------------------------------------------------------------------------- Run
 
 @dataclass
 class Run:
-    """One training run: `config`, `history` (one metrics dict per rollout step), `meta` and its folder `path`."""
+    """One training run: `config`, `history` (one metrics dict per rollout step), `meta`, the `completions` written
+    at its evaluations and its folder `path`."""
 
     config: RLConfig
     history: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     path: Path | None = None
+    completions: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.path is not None:
@@ -173,12 +193,17 @@ class Run:
         if not (self.path / CONFIG_FILE).exists():
             self.save()  # first write to this folder: config and meta too, so the folder is a loadable run
             return
-        file = self.path / METRICS_FILE
-        _end_unfinished_line(file)
-        with open(file, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        _append_line(self.path / METRICS_FILE, line)
+
+    def add_completions(self, rows: list[dict]) -> None:
+        """Record what the policy wrote at an evaluation (rows with "step", "prompt", "completion", ...); with a
+        `path`, also append them to completions.jsonl at once."""
+        lines = [_dumps(row) for row in rows]
+        self.completions += [json.loads(line) for line in lines]
+        if self.path is not None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            for line in lines:
+                _append_line(self.path / COMPLETIONS_FILE, line)
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write config.json, meta.json and metrics.jsonl (each replaced atomically) to `path` or `self.path`."""
@@ -190,6 +215,7 @@ class Run:
         _write_atomic(self.path / CONFIG_FILE, self.config.to_json() + "\n")
         _write_atomic(self.path / META_FILE, _dumps(self.meta, indent=2, sort_keys=True) + "\n")
         _write_atomic(self.path / METRICS_FILE, "".join(_dumps(row) + "\n" for row in self.history))
+        _write_atomic(self.path / COMPLETIONS_FILE, "".join(_dumps(row) + "\n" for row in self.completions))
         return self.path
 
     def set_status(self, status: str, error: str | None = None) -> None:
@@ -221,7 +247,8 @@ class Run:
         meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
         if not isinstance(meta, dict):
             raise ValueError(f"{meta_file} holds {type(meta).__name__}, not a JSON object")
-        return cls(config=config, history=_read_metrics(path / METRICS_FILE), meta=meta, path=path)
+        return cls(config=config, history=_read_jsonl(path / METRICS_FILE), meta=meta, path=path,
+                   completions=_read_jsonl(path / COMPLETIONS_FILE))
 
     def series(self, name: str, x: str = "step") -> tuple[list, list[float]]:
         """(x values, metric values) of the rows that have metric `name`, NaN kept.
@@ -265,11 +292,12 @@ def code_version() -> str:
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
-def run_key(policy_name: str, task_description: str, config: RLConfig, extra: dict | None = None) -> str:
-    """16 hex characters that change whenever the policy, task, config, source code or `extra` change."""
+def run_key(policy_identity: str, task_description: str, config: RLConfig, extra: dict | None = None) -> str:
+    """16 hex characters that change whenever the policy (`Policy.identity()`: its name and weights), task, config,
+    source code or `extra` change."""
     if not isinstance(config, RLConfig):
         raise ValueError(f"config={config!r} is not allowed: use an RLConfig")
-    payload = {"policy": policy_name, "task": task_description, "config": config.to_dict(),
+    payload = {"policy": policy_identity, "task": task_description, "config": config.to_dict(),
                "code": code_version(), "extra": extra}
     canonical = _dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

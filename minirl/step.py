@@ -6,11 +6,13 @@ The three algorithms are switches of this one function (config.py has the table)
 tensor functions (advantages.py, losses.py, dapo.py); this file wires them together and keeps the books:
 which rows belong to which prompt, which tokens get a loss, and what the normalisers are. `trainer.train()`
 calls `rl_step` once per step and manages everything around it (resume, cache, checkpoints, evaluation).
-Shapes: N completions per step (batch_size x group_size), padded to T completion tokens.
+Shapes: N completions per step (batch_size x group_size), padded to T completion tokens. Steps count from 1, as
+metrics.jsonl does (its step 0 is the base policy's evaluation).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
@@ -35,20 +37,30 @@ class DynamicSamplingExhausted(RuntimeError):
     """DAPO's dynamic sampling found too few groups with mixed rewards within max_gen_batches rounds."""
 
 
-def step_seed(config: RLConfig, step: int, round_: int = 0, rank: int = 0) -> int:
-    """Every random choice of a step is seeded from (seed, step): resuming needs no generator state."""
-    return (config.seed * 1_000_003 + step * 1009 + round_ * 17 + rank) % (2**63)
+MINIBATCH_ORDER = 2692  # step_seed offset of learn's minibatch shuffle (a constant: runs keep drawing as they did)
+
+
+def step_seed(config: RLConfig, step: int, offset: int) -> int:
+    """Every random choice of step `step` is seeded from (config.seed, step, offset), so resuming needs no generator
+    state. offset: 17 * round + rank for a generation round's prompts and samples, MINIBATCH_ORDER for learn."""
+    return (config.seed * 1_000_003 + (step - 1) * 1009 + offset) % (2**63)
 
 
 @dataclass
 class Learner:
     """What the updates change, made once per run by `trainer.make_learner`."""
 
-    accelerator: Accelerator  # device placement, mixed precision, DDP over processes
+    accelerator: Accelerator  # device placement, DDP over processes, metrics gathered from them
     model: torch.nn.Module  # ActorCritic: the policy (+ PPO's critic), as prepared by accelerate
     optimizer: torch.optim.Optimizer  # AdamW over the policy (and critic) parameters
     scheduler: torch.optim.lr_scheduler.LRScheduler  # linear warm-up, then constant
     reference: torch.nn.Module | None  # frozen copy of the starting policy, only when kl_coef > 0
+    scaler: torch.amp.GradScaler | None = None  # fp16's loss scaling (on a GPU); bf16 and fp32 need none
+    precision: torch.dtype | None = None  # the autocast dtype of mixed precision (bf16, fp16); None: fp32
+
+    def autocast(self):
+        """Forward passes in the run's mixed precision (torch.autocast); nothing changes in fp32."""
+        return torch.autocast(self.accelerator.device.type, dtype=self.precision, enabled=self.precision is not None)
 
 
 @dataclass
@@ -66,7 +78,7 @@ class Batch:
     def __len__(self) -> int:
         return len(self.rollout)
 
-    def rows(self, index: torch.Tensor) -> "Batch":
+    def select(self, index: torch.Tensor) -> "Batch":
         """The rows in `index` (a micro-batch), every field sliced the same way and cut to the longest of these
         completions: the columns after it are padding in every row (mask 0), so a forward over them is wasted."""
         T = int(self.rollout.lengths[index].max()) if len(index) else 0
@@ -77,10 +89,10 @@ class Batch:
 # ----------------------------------------------------------------------------- 1. sample and score
 def generate(policy, task, config: RLConfig, step: int, round_: int, rank: int, world: int):
     """One generation round: this process's share of `batch_size` prompts, G completions each."""
-    problems = task.problems("train", config.batch_size, seed=step_seed(config, step, round_))[rank::world]
+    problems = task.problems("train", config.batch_size, seed=step_seed(config, step, 17 * round_))[rank::world]
     prompts = [p.prompt for p in problems for _ in range(config.group_size)]
     ids, mask = policy.encode_prompts(prompts)
-    gen = torch.Generator(device=policy.device).manual_seed(step_seed(config, step, round_, rank))
+    gen = torch.Generator(device=policy.device).manual_seed(step_seed(config, step, 17 * round_ + rank))
     roll = sample(policy, ids, mask, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                   top_p=config.top_p, generator=gen)
     scores = [task.score(problems[i // config.group_size], text) for i, text in enumerate(roll.texts)]
@@ -123,11 +135,11 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
 
 # ----------------------------------------------------------------------------- 2. the fixed terms and advantages
 @torch.no_grad()
-def forward_in_chunks(fn, roll: Rollout, rows: int, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Run `fn` (a model forward) over the rollout in chunks of `rows`, without gradients."""
+def forward_in_chunks(fn, roll: Rollout, chunk: int, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Run `fn` (a model forward) over the rollout `chunk` rows at a time, without gradients."""
     outs = {k: [] for k in keys}
-    for start in range(0, len(roll), rows):
-        part = roll.select(list(range(start, min(start + rows, len(roll)))))
+    for start in range(0, len(roll), chunk):
+        part = roll.select(list(range(start, min(start + chunk, len(roll)))))
         out = fn(*part.trim(int(part.lengths.max())).inputs())  # no forward over columns that are all padding
         for k in keys:
             outs[k].append(F.pad(out[k].float(), (0, roll.completion_ids.shape[1] - out[k].shape[1])))
@@ -160,13 +172,13 @@ def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logpr
 
 
 # ----------------------------------------------------------------------------- 3. the updates
-def length_sorted_passes(rows: torch.Tensor, lengths: torch.Tensor, passes: int) -> list[torch.Tensor]:
-    """`rows` sorted by completion length and cut into `passes` micro-batches, each padded only to its own longest
-    completion (Batch.rows cuts the rest): less padding, the same gradient, because the loss normalisers are the
-    minibatch's. One pass instead when cutting saves under a fifth of the padded tokens: every pass has a fixed
-    cost (its prompts run again), which short, even completions (the compact task) do not earn back."""
-    lengths = lengths.to(rows.device)  # row indices live on the CPU, completions on the model's device
-    order = rows[lengths[rows].argsort(stable=True)]
+def length_sorted_passes(index: torch.Tensor, lengths: torch.Tensor, passes: int) -> list[torch.Tensor]:
+    """The rows `index` sorted by completion length and cut into `passes` micro-batches, each padded only to its own
+    longest completion (Batch.select cuts the rest): less padding, the same gradient, because the loss normalisers
+    are the minibatch's. One pass instead when cutting saves under a fifth of the padded tokens: every pass has a
+    fixed cost (its prompts run again), which short, even completions (the compact task) do not earn back."""
+    lengths = lengths.to(index.device)  # row indices live on the CPU, completions on the model's device
+    order = index[lengths[index].argsort(stable=True)]
     micros = list(order.split(-(-len(order) // passes)))
     padded = sum(len(m) * int(lengths[m].max()) for m in micros)
     return [order] if padded > 0.8 * len(order) * int(lengths[order].max()) else micros
@@ -176,37 +188,37 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
     """mu epochs x minibatches of clipped-surrogate updates. Normalisers are totals over the whole optimiser
     step (and over processes), so micro-batching and data parallelism do not change the gradient.
 
-    fp16 (a GradScaler, accelerate's loss scaling): an update whose gradients overflow is skipped by the scaler,
-    which lowers its scale; it is counted in `updates_skipped`, leaves the learning-rate schedule where it was
-    and adds nothing to the logged losses. Without a scaler a non-finite loss or gradient is TrainingDiverged."""
-    acc, model, optimizer = learner.accelerator, learner.model, learner.optimizer
+    fp16 (a GradScaler): an update whose gradients overflow is skipped by the scaler, which lowers its scale; it is
+    counted in `updates_skipped`, leaves the learning-rate schedule where it was and adds nothing to the logged
+    losses. Without a scaler a non-finite loss or gradient is TrainingDiverged."""
+    acc, model, optimizer, scaler = learner.accelerator, learner.model, learner.optimizer, learner.scaler
     world, N = acc.num_processes, len(batch)
-    scaled = acc.scaler is not None
-    rows_mb = N // config.minibatches
+    minibatch_size = N // config.minibatches
     lengths = batch.rollout.lengths
-    gen = torch.Generator().manual_seed(step_seed(config, step, 99))
+    gen = torch.Generator().manual_seed(step_seed(config, step, MINIBATCH_ORDER))
     # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
     names = ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")
     sums = {k: torch.zeros((), device=batch.loss_mask.device) for k in names}
     grad_norms, skipped = [], 0
     for _ in range(config.epochs):
         order = torch.randperm(N, generator=gen) if config.minibatches > 1 else torch.arange(N)
-        for mb in order.split(rows_mb):
+        for mb in order.split(minibatch_size):
             num_tokens = batch.loss_mask[mb].sum()
             num_tokens = acc.reduce(num_tokens.float(), "sum") if world > 1 else num_tokens
-            totals = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world, max_len=config.max_new_tokens)
+            normalisers = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world,
+                               max_len=config.max_new_tokens)
             update = {k: torch.zeros_like(v) for k, v in sums.items()}  # this update's share of the logs
             micros = (mb[lengths[mb].argsort(stable=True)].split(config.micro_batch_size) if config.micro_batch_size
                       else length_sorted_passes(mb, lengths, config.length_buckets))
             for i, idx in enumerate(micros):
-                part = batch.rows(idx)
+                part = batch.select(idx)
                 m = part.loss_mask
                 sync = nullcontext() if i == len(micros) - 1 or world == 1 else acc.no_sync(model)
-                with sync, acc.autocast():
+                with sync, learner.autocast():
                     out = model(*part.rollout.inputs(), config.temperature, entropy_grad=config.entropy_coef > 0)
                     logp = out["logprobs"].float()
-                    old = part.old_logprobs if part.old_logprobs is not None else logp.detach()
-                    pg, clip = L.clipped_surrogate(logp, old, part.advantages, config.clip_low, config.clip_high,
+                    old_logp = part.old_logprobs if part.old_logprobs is not None else logp.detach()
+                    pg, clip = L.clipped_surrogate(logp, old_logp, part.advantages, config.clip_low, config.clip_high,
                                                    config.dual_clip or None)
                     loss_tokens = pg
                     if part.ref_logprobs is not None:
@@ -216,30 +228,37 @@ def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[s
                             loss_tokens = loss_tokens + config.kl_coef * kl
                     if config.entropy_coef > 0:
                         loss_tokens = loss_tokens - config.entropy_coef * out["entropy"]
-                    loss = L.aggregate(loss_tokens, m, config.loss_agg, **totals)
+                    loss = L.aggregate(loss_tokens, m, config.loss_agg, **normalisers)
                     if "values" in out:
-                        v = L.value_loss(out["values"], part.old_values, part.returns, config.value_clip or None)
-                        vloss = L.aggregate(v, m, "token-mean", num_tokens=totals["num_tokens"])
+                        v = L.value_loss(out["values"].float(), part.old_values, part.returns, config.value_clip or None)
+                        vloss = L.aggregate(v, m, "token-mean", num_tokens=normalisers["num_tokens"])
                         loss = loss + config.vf_coef * vloss
                         update["value_loss"] += vloss.detach()
-                    if not scaled and not torch.isfinite(loss):
+                    if scaler is None and not torch.isfinite(loss):
                         raise TrainingDiverged(f"loss is {loss.item()} at step {step}; lower lr (now {config.lr:g})")
-                    acc.backward(loss * world)  # DDP averages over processes; totals already span them
-                update["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **totals)
+                    loss = loss * world  # DDP averages over processes; the normalisers already span them
+                    acc.backward(loss if scaler is None else scaler.scale(loss))
+                update["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **normalisers)
                 update["entropy"] += L.masked_sum(out["entropy"].detach(), m)
                 update["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
                 update["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
-                update["approx_kl"] += L.approx_kl(logp.detach(), old, m) * m.sum()
+                update["approx_kl"] += L.approx_kl(logp.detach(), old_logp, m) * m.sum()
                 update["tokens"] += m.sum()
-            norm = acc.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf"))
-            if not scaled and not torch.isfinite(torch.as_tensor(norm)):
-                raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; lower lr (now {config.lr:g})")
-            optimizer.step()  # with a GradScaler: skipped if the gradients hold an inf/nan
-            if scaled and acc.optimizer_step_was_skipped:
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            norm = float(acc.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf")))
+            if scaler is None and not math.isfinite(norm):
+                raise TrainingDiverged(f"gradient norm is {norm} at step {step}; lower lr (now {config.lr:g})")
+            if scaler is None:
+                optimizer.step()
+            else:  # the scaler skips the step when a gradient is inf/nan, i.e. when their norm is
+                scaler.step(optimizer)
+                scaler.update()
+            if not math.isfinite(norm):
                 skipped += 1
             else:
                 learner.scheduler.step()
-                grad_norms.append(float(norm))
+                grad_norms.append(norm)
                 for k in sums:
                     sums[k] += update[k]
             optimizer.zero_grad(set_to_none=True)
@@ -278,7 +297,7 @@ class Stopwatch:
 
 
 def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advantage_fn=None) -> dict[str, float]:
-    """Step `step` (0-based) of PPO, GRPO or DAPO: sample, score, update; returns the step's metrics.
+    """Step `step` (1 for the first) of PPO, GRPO or DAPO: sample, score, update; returns the step's metrics.
 
     The row holds the rollout's statistics (reward, accuracy, lengths, ...), the update's (losses, entropy,
     KL, clip fractions, gradient norm) and the seconds of each phase: time/generation (sampling and scoring,
@@ -288,11 +307,11 @@ def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advanta
     clock = Stopwatch(acc.device)
 
     # 1. sample G completions for each prompt and score them (DAPO: keep mixed groups only, sample again)
-    with acc.autocast():
+    with learner.autocast():
         roll, rewards, group_ids, totals = collect(policy, task, config, step, acc.process_index, acc.num_processes)
     row = metrics.rollout_metrics(metrics.combine(acc, totals))  # over every process's samples
     if not torch.isfinite(rewards).all():
-        raise TrainingDiverged(f"task {task.name!r} returned a non-finite reward at step {step + 1}")
+        raise TrainingDiverged(f"task {task.name!r} returned a non-finite reward at step {step}")
     if config.overlong_punishment:  # DAPO eq. 13, added to the task reward
         rewards = rewards + dapo.soft_overlong_punishment(roll.lengths.cpu(), config.max_new_tokens,
                                                           config.overlong_cache)
@@ -302,21 +321,23 @@ def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advanta
 
     # 2. what the loss holds fixed: log pi_old (needed once the policy moves within the step: several updates,
     #    or PPO's value clipping), the critic's V_old, and log pi_ref for the KL term
-    rows = config.micro_batch_size or len(roll) // config.minibatches
+    chunk = config.micro_batch_size or len(roll) // config.minibatches  # rows per forward
     need_old = config.epochs * config.minibatches > 1 or config.critic != "none"
-    with acc.autocast():
-        old = forward_in_chunks(lambda *a: model(*a, config.temperature, with_entropy=False), roll, rows,
-                                ("logprobs",) + (("values",) if config.critic != "none" else ())) if need_old else {}
-        ref = forward_in_chunks(lambda *a: completion_logprobs(learner.reference, *a, config.temperature,
-                                                                share_prompts=config.share_prompts), roll,
-                                rows, ("logprobs",))["logprobs"] if learner.reference is not None else None
+    with learner.autocast():
+        old_forward = forward_in_chunks(
+            lambda *a: model(*a, config.temperature, with_entropy=False), roll, chunk,
+            ("logprobs",) + (("values",) if config.critic != "none" else ())) if need_old else {}
+        ref = forward_in_chunks(
+            lambda *a: completion_logprobs(learner.reference, *a, config.temperature, share_prompts=config.share_prompts),
+            roll, chunk, ("logprobs",))["logprobs"] if learner.reference is not None else None
     row["time/reference"] = clock.lap()
 
     # 3. advantages: PPO's GAE over per-token rewards, or one group-relative value per completion
-    advantages, returns = compute_advantages(config, rewards, group_ids, mask, old.get("logprobs"), ref,
-                                             old.get("values"), advantage_fn)
+    old_logprobs, old_values = old_forward.get("logprobs"), old_forward.get("values")
+    advantages, returns = compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref, old_values,
+                                             advantage_fn)
     # 4. mu epochs x minibatches of clipped-surrogate updates
-    batch = Batch(roll, advantages, loss_mask, old.get("logprobs"), ref, old.get("values"), returns)
-    row.update(learn(learner, config, batch, step + 1))
+    batch = Batch(roll, advantages, loss_mask, old_logprobs, ref, old_values, returns)
+    row.update(learn(learner, config, batch, step))
     row["time/learn"] = clock.lap()
     return row

@@ -24,7 +24,7 @@ def main(out: str, loss_agg: str) -> None:
     config = RLConfig.preset("dapo", batch_size=4, group_size=4, lr=1e-3, loss_agg=loss_agg, dynamic_sampling=False,
                              max_new_tokens=12, overlong_cache=2, minibatches=1, micro_batch_size=2)
     # the same batch everywhere (world=1 view), then each process keeps its share of whole groups
-    roll, rewards, group_ids, _, _ = generate(policy, Countdown(), config, step=0, round_=0, rank=0, world=1)
+    roll, rewards, group_ids, _, _ = generate(policy, Countdown(), config, step=1, round_=0, rank=0, world=1)
     mask = roll.completion_mask.float()
     advantages, _ = compute_advantages(config, rewards, group_ids, mask, None, None, None)
     rows = [i for i in range(len(roll)) if group_ids[i].item() % acc.num_processes == acc.process_index]
@@ -36,7 +36,7 @@ def main(out: str, loss_agg: str) -> None:
     model, optimizer = acc.prepare(model, optimizer)
     batch = Batch(roll, advantages, mask, old_logprobs=None, ref_logprobs=None, old_values=None, returns=None)
     learner = Learner(acc, model, optimizer, scheduler, reference=None)
-    stats = learn(learner, config, batch.rows(torch.tensor(rows)), step=1)
+    stats = learn(learner, config, batch.select(torch.tensor(rows)), step=1)
     # the sampling metrics of this process's rows, added over processes (what rl_step logs)
     idx = torch.tensor(rows)
     totals = metrics.rollout_totals([rewards[idx]], [rewards[idx, None]], ["correct"], [roll.lengths[idx]],

@@ -20,9 +20,11 @@ def cli(*args, timeout=300):
 
 def test_train_help_documents_every_config_field():
     out = cli("train", "--help").stdout
+    flat = " ".join(out.split())  # argparse wraps lines
     for f in dataclasses.fields(RLConfig):
         if f.name != "algo":
             assert "--" + f.name.replace("_", "-") in out, f.name
+            assert " ".join(f.metadata["help"].split()) + " (default: preset)" in flat, f.name  # the whole help
 
 
 def test_train_rejects_bad_values_with_one_clear_line():

@@ -164,7 +164,7 @@ def one_update(config: RLConfig, sgd: bool = True, worked_task: bool = False) ->
     if sgd:  # AdamW's first step is ~lr * sign(g): it would magnify float rounding of near-zero gradients
         learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=1.0)
     before = [p.detach().clone() for p in learner.model.parameters()]
-    row = rl_step(policy, task, config, learner, step=0)
+    row = rl_step(policy, task, config, learner, step=1)
     assert row["time/learn"] > 0
     return [p.detach() - b for p, b in zip(learner.model.parameters(), before)]
 

@@ -1,6 +1,7 @@
 """End-to-end: every preset trains, runs are deterministic, resumable, cached, and fail loudly but safely."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -138,6 +139,18 @@ def test_cache_returns_finished_run_without_training(tmp_path):
     assert third.path != first.path
 
 
+def test_a_trained_policy_is_not_answered_from_its_base_policys_cache(tmp_path):
+    """The cache names a policy by its weights: after training, the same object (same name) is another policy."""
+    cache, cfg = RunCache(tmp_path), small("grpo", steps=1)
+    policy = load_policy(device="cpu")
+    name, identity = policy.name, policy.identity()
+    first = train(policy, TASK, cfg, cache=cache, progress=False)
+    assert policy.name == name and policy.identity() != identity  # trained in place; the caller's name is kept
+    second = train(policy, TASK, cfg, cache=cache, progress=False)  # from the trained weights: a new run
+    assert second.path != first.path and len(list(tmp_path.iterdir())) == 2
+    assert train(load_policy(device="cpu"), TASK, cfg, cache=cache, progress=False).path == first.path
+
+
 def test_dynamic_sampling_gives_up_with_clear_error():
     task = FunctionTask("always-right", lambda rng: (f"{rng.randint(1, 9)}:", None, None), lambda a, c: 1.0)
     cfg = small("dapo", steps=1, max_gen_batches=2, eval_n=2)
@@ -227,20 +240,21 @@ class InfiniteScale(torch.amp.GradScaler):
         super().__init__("cpu", init_scale=float("inf"))
 
 
-def fp16_like_accelerator():
-    """accelerate gives no GradScaler on a CPU; attach one as it does for fp16 on a GPU."""
-    from minirl.trainer import new_accelerator
+@pytest.fixture
+def fp16_scaler(monkeypatch):
+    """fp16 gets no loss scaler on a CPU; give the run the one fp16 on a GPU gets, here an InfiniteScale (a test can
+    swap `.scaler` before training)."""
+    from minirl import trainer
 
-    acc = new_accelerator(small("grpo", mixed_precision="fp16"), torch.device("cpu"))  # no scaler on a CPU
-    acc.scaler, acc.native_amp = InfiniteScale(), True
-    return acc
+    holder = SimpleNamespace(scaler=InfiniteScale())
+    monkeypatch.setattr(trainer, "loss_scaler", lambda config, device: holder.scaler)
+    return holder
 
 
-def test_fp16_overflow_is_a_skipped_update_not_a_diverged_run(tmp_path):
+def test_fp16_overflow_is_a_skipped_update_not_a_diverged_run(tmp_path, fp16_scaler):
     policy = load_policy(device="cpu")
     before = [p.detach().clone() for p in policy.model.parameters()]
-    acc = fp16_like_accelerator()
-    run = train(policy, TASK, small("grpo", steps=2), run_dir=tmp_path, progress=False, accelerator=acc)
+    run = train(policy, TASK, small("grpo", steps=2), run_dir=tmp_path, progress=False)
     assert run.status == "finished"
     assert [r["updates_skipped"] for r in run.history[1:]] == [1, 1]
     assert all(math.isnan(r["policy_loss"]) and math.isnan(r["grad_norm"]) for r in run.history[1:])
@@ -255,15 +269,13 @@ def test_unscaled_runs_log_no_skipped_updates():
     assert run.history[-1]["updates_skipped"] == 0
 
 
-def test_resume_restores_the_loss_scaler(tmp_path):
+def test_resume_restores_the_loss_scaler(tmp_path, fp16_scaler):
     cfg = small("grpo", steps=3)
     stop_after_2 = lambda run, row: row["step"] < 2  # noqa: E731
-    train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False, callbacks=[stop_after_2],
-          accelerator=fp16_like_accelerator())
-    acc = fp16_like_accelerator()
-    acc.scaler = torch.amp.GradScaler("cpu", init_scale=8.0)  # a scale at which nothing overflows
-    run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, resume=True, progress=False, accelerator=acc)
-    assert acc.scaler.get_scale() == float("inf")  # the checkpoint's scale came back
+    train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, progress=False, callbacks=[stop_after_2])
+    fp16_scaler.scaler = torch.amp.GradScaler("cpu", init_scale=8.0)  # a scale at which nothing overflows
+    run = train(load_policy(device="cpu"), TASK, cfg, run_dir=tmp_path, resume=True, progress=False)
+    assert fp16_scaler.scaler.get_scale() == float("inf")  # the checkpoint's scale came back
     assert run.history[-1]["step"] == 3 and run.history[-1]["updates_skipped"] == 1
 
 

@@ -22,7 +22,7 @@ import ipywidgets as W
 from matplotlib.figure import Figure
 
 from ..config import PRESETS, ConfigError, RLConfig
-from ..plots import LIVE_METRICS, plot_runs, runs_table
+from ..plots import LIVE_METRICS, completions_table, plot_runs, runs_table
 from ..runs import Run, RunCache, run_key
 from ..policy import load_policy
 from ..tasks import get_task, task_budget, task_identity
@@ -89,6 +89,7 @@ class ExperimentPanel:
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.status = W.HTML("")
         self.table = W.HTML("")
+        self.completions = W.HTML("")  # before/after: what the latest run wrote for a few held-out problems
         self.output = W.Output()
         self.fig = Figure(figsize=(4.3 * min(3, len(self.metrics)), 3.2 * -(-len(self.metrics) // 3)))
 
@@ -103,7 +104,7 @@ class ExperimentPanel:
                     W.VBox([self.clip_low, self.clip_high, self.kl_on, self.kl_coef, self.entropy_on,
                             self.entropy_coef])]),
             W.HBox([self.run_button, self.stop_button, self.status]),
-            self.output, self.table])
+            self.output, self.table, self.completions])
         self._show_config()
         self.redraw()
 
@@ -178,8 +179,9 @@ class ExperimentPanel:
             return
         try:
             policy = self.policy_factory()
-            if self.cache is not None:
-                hit = self.cache.get(run_key(policy.name, task_identity(self.task), config))
+            key = run_key(policy.identity(), task_identity(self.task), config) if self.cache is not None else None
+            if key is not None:
+                hit = self.cache.get(key)
                 if hit is not None:
                     if not any(r.path is not None and r.path == hit.path for r in self.runs):
                         self.runs.append(hit)
@@ -195,11 +197,11 @@ class ExperimentPanel:
         self.run_button.disabled, self.stop_button.disabled = True, False
         self._say(f"training {config.algo} for {config.steps} steps ...")
         if self.background:
-            self._thread = threading.Thread(target=self._train, args=(policy, config), daemon=True,
+            self._thread = threading.Thread(target=self._train, args=(policy, config, key), daemon=True,
                                             name="minirl-panel-run")
             self._thread.start()
         else:
-            self._train(policy, config)
+            self._train(policy, config, key)
 
     def click_stop(self) -> None:
         if self.busy:
@@ -224,16 +226,16 @@ class ExperimentPanel:
             self.redraw()
         return not self._stop.is_set()
 
-    def _train(self, policy, config: RLConfig) -> None:
+    def _train(self, policy, config: RLConfig, key: str | None) -> None:
         run, error = None, None
         try:
             run = train(policy, self.task, config, callbacks=[self._callback], cache=self.cache, progress=False)
         except Exception as err:  # TrainingDiverged, DynamicSamplingExhausted, ...: keep the partial run
             error = f"{type(err).__name__}: {err}"
             run = self.current
-            if run is None and self.cache is not None:
+            if run is None and key is not None:
                 try:
-                    run = Run.load(self.cache.path_for(run_key(policy.name, task_identity(self.task), config)))
+                    run = Run.load(self.cache.path_for(key))
                 except Exception:
                     run = None
             if run is None:
@@ -255,7 +257,7 @@ class ExperimentPanel:
 
     # ------------------------------------------------------------------ drawing
     def redraw(self) -> None:
-        """Plot every run in `.runs` plus the one in progress, and refresh the table."""
+        """Plot every run in `.runs` plus the one in progress; refresh the table and the latest run's completions."""
         runs = list(self.runs) + ([self.current] if self.current is not None else [])
         with self._draw_lock:
             start = time.monotonic()
@@ -268,6 +270,10 @@ class ExperimentPanel:
                                     "data": {"image/png": png, "text/plain": "<experiment plot>"}},)
             self.table.value = (f"<pre style='font-size:11px'>{html.escape(runs_table(runs))}</pre>"
                                 if runs else "<i>no runs yet</i>")
+            latest = next((r for r in reversed(runs) if r.completions), None)
+            self.completions.value = "" if latest is None else (
+                f"<b>What {html.escape(latest.label)} wrote</b><pre style='font-size:11px'>"
+                f"{html.escape(completions_table(latest))}</pre>")
             self._last_draw = time.monotonic()
             self._draw_cost = self._last_draw - start
 

@@ -10,6 +10,7 @@ core changes, every key changes and the study trains again: results always come 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -21,7 +22,7 @@ import torch
 
 from ..config import RLConfig
 from ..evaluate import evaluate
-from ..policy import SHIPPED, load_policy
+from ..policy import load_policy
 from ..runs import Run, _write_atomic, code_version, run_key
 from ..tasks import get_task, task_identity
 from ..trainer import DynamicSamplingExhausted, TrainingDiverged, train
@@ -31,20 +32,20 @@ from .points import Point, Scale
 STUDY_FILE = "study.json"  # written into a run folder once its final evaluation is done
 
 
-def policy_name(scale: Scale) -> str:
-    """The name a run of this scale records for its base policy (`Policy.name` of `load_base_policy`)."""
-    return scale.model or SHIPPED[get_task(scale.task).policy][1]
-
-
 def load_base_policy(scale: Scale, device: str | None):
-    if scale.model:
-        return load_policy(scale.model, device=device, dtype=scale.dtype)
-    return load_policy(get_task(scale.task).policy, device=device)
+    """The policy every run of the scale starts from: its model, or its task's shipped policy."""
+    return load_policy(scale.model or get_task(scale.task).policy, device=device, dtype=scale.dtype)
+
+
+@functools.cache
+def base_identity(scale: Scale) -> str:
+    """`Policy.identity()` of the scale's base policy, which every run key of the scale names (loaded once)."""
+    return load_base_policy(scale, "cpu").identity()
 
 
 def run_folder(point: Point, scale: Scale, seed: int, runs_root: Path) -> Path:
     """Where (point, seed) is trained: `<runs_root>/<run_key>`."""
-    return Path(runs_root) / run_key(policy_name(scale), task_identity(point.task(scale)), point.config(scale, seed))
+    return Path(runs_root) / run_key(base_identity(scale), task_identity(point.task(scale)), point.config(scale, seed))
 
 
 class AboveTraining:
