@@ -123,7 +123,8 @@ final loss {final_loss:.3f}, {seconds:.0f} s on the machine that made it (CPU ti
 |---|---|---|---|---|---|---|
 {rows}
 
-Reproduce the numbers with `python -m minirl evaluate --task worked` (add `--num-count 4` for 4 numbers).
+Reproduce the numbers with `python -m minirl evaluate --task worked` (add `--num-count 4` for 4 numbers). The SFT
+runs that chose this recipe are in `sft_trials.md`, beside this card.
 
 {USAGE}"""
 

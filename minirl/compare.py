@@ -1,7 +1,7 @@
 """`python -m minirl compare`: PPO, GRPO and DAPO from the same base policy under the same budget.
 
 Each algorithm trains in its own process (so its peak memory is its own), one at a time (two torch
-jobs on two cores slow each other ~5x), through the run cache (a finished configuration is answered
+jobs on two cores slow each other several times: BENCHMARKS.md section 3), through the run cache (a finished configuration is answered
 at once). Writes a markdown table, a JSON summary and a PNG of the learning curves to --out.
 """
 

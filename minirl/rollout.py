@@ -100,8 +100,8 @@ def _cache_kwarg(model) -> str:
 
 def additive_decode_mask(model, attn: torch.Tensor) -> torch.Tensor | None:
     """The decode steps' attention mask built once: (B, L) 0/1 -> (B, 1, 1, L), 0 to attend and the dtype's
-    minimum to skip, sliced per step. Given a 2-D mask, transformers rebuilds this 4-D one at every step (~5 %
-    of a decode step of the tiny policy); a 4-D mask it uses as it is. Only for the attention implementations
+    minimum to skip, sliced per step. Given a 2-D mask, transformers rebuilds this 4-D one at every step (a few
+    percent of a decode step of the tiny policy: BENCHMARKS.md section 6); a 4-D mask it uses as it is. Only for the attention implementations
     that add such a mask to the scores ("sdpa", "eager") and models whose every layer attends to the whole
     sequence; None otherwise (flash / flex attention, sliding windows build their own masks from the 2-D one)."""
     config = model.config
@@ -166,8 +166,8 @@ def sample(policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_n
     model once and share their KV cache, and rows that have produced EOS leave the batch.
     """
     check_sampling_args(max_new_tokens, temperature, top_p)
-    # inference mode: no_grad that also skips autograd's bookkeeping of views and versions (~10 % less time
-    # per decode step at these sizes)
+    # inference mode: no_grad that also skips autograd's bookkeeping of views and versions (less time per decode
+    # step at these sizes: BENCHMARKS.md section 6)
     model, pad_id, device = policy.model, policy.tokenizer.pad_token_id, prompt_ids.device
     B, P = prompt_ids.shape
     with torch.inference_mode():

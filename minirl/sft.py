@@ -30,7 +30,7 @@ def encode_examples(policy, prompts: list[str], completions: list[str]):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
-# The shipped worked-steps policy (assets/tiny-worked), chosen by a few 5-minute SFT runs on 2 cores (BENCHMARKS.md):
+# The shipped worked-steps policy (assets/tiny-worked), chosen by a few SFT runs on 2 cores (its sft_trials.md):
 # mostly 3-number problems with a share of 4-number ones, and a share of traces that miss, restart and solve.
 WORKED_RECIPE = dict(steps=900, batch_size=64, lr=3e-3, cosine=True, hidden_size=128, four_share=0.3, retry_rate=0.3)
 

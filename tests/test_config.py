@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-import minirl.config
 from minirl.config import PRESETS, ConfigError, RLConfig
 
 FIELDS = [f.name for f in dataclasses.fields(RLConfig)]

@@ -10,7 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MARKDOWN = [ROOT / "README.md", *sorted(ROOT.glob("*/README.md")), *sorted(ROOT.glob("*/*/README.md")),
-            ROOT / "benchmarks" / "BENCHMARKS.md", *sorted((ROOT / "benchmarks").glob("study*/*.md"))]
+            ROOT / "benchmarks" / "BENCHMARKS.md", *sorted((ROOT / "studies").glob("**/*.md")),
+            *sorted((ROOT / "minirl" / "assets").glob("*/*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 NUMBER = re.compile(r"(?<![\w.,])[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,])[-+−]?\d+(?:\.\d+)?(?![\w])")
 PRINTED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\d.,])\d+(?:\.\d+)?")  # "1.06x", "0.45]" count too
@@ -125,15 +126,15 @@ def test_absolute_path_pattern_catches_what_it_should():
     for text in ("/home/ana/minirl/x.json", "saved to /tmp/minirl-rerun-abc/runs", "C:\\Users\\ana\\x",
                  "/usr/lib/python3/site-packages/minirl", "/content/minirl"):
         assert ABSOLUTE_PATH.search(text), text
-    for text in ("minirl/assets/sweeps/lr_sweep.json", "lr 3e-4 / 1e-3", "1/2", "benchmarks/study/runs"):
+    for text in ("minirl/assets/sweeps/lr_sweep.json", "lr 3e-4 / 1e-3", "1/2", "studies/claims-worked/runs"):
         assert not ABSOLUTE_PATH.search(text), text
 
 
 def test_readme_holds_the_study_table_of_the_committed_results():
-    """README's table of the paper's claims is `summary_table` of benchmarks/study/results, row for row."""
+    """README's table of the paper's claims is `summary_table` of studies/claims-worked/results, row for row."""
     from minirl.study import CLAIMS
     from minirl.study.report import summary_table
 
-    results = [json.loads((ROOT / "benchmarks" / "study" / "results" / f"{name}.json").read_text(encoding="utf-8"))
+    results = [json.loads((ROOT / "studies" / "claims-worked" / "results" / f"{name}.json").read_text(encoding="utf-8"))
                for name in CLAIMS]
     assert summary_table(results) in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -302,7 +302,9 @@ def rollout():
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_completion_logprobs_match_selective_log_softmax(temperature, rollout, trl_utils):
     theirs = trl_utils["selective_log_softmax"](rollout.logits, rollout.completion_ids, temperature) * rollout.mask
-    assert_close(rollout.minirl[temperature]["logprobs"], theirs, "completion_logprobs")
+    # two float32 log-softmax routes differ by the rounding of the log-probs' own magnitude (9.5e-7 seen here on
+    # log-probs down to -11.4 at T = 0.7): a tolerance relative to them, as for the logits below
+    assert_close(rollout.minirl[temperature]["logprobs"], theirs, "completion_logprobs", rel_tol(theirs))
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)

@@ -1,7 +1,7 @@
 """Recorded sweeps for the exercises and the lessons' panels.
 
     python -m minirl.course.sweeps lr --out minirl/assets/sweeps/lr_sweep.json     # exercise 7
-    python -m minirl.course.sweeps lessons --study benchmarks/study_compact  # lessons 05-07 (compact-study runs)
+    python -m minirl.course.sweeps lessons --study studies/claims-compact  # lessons 05-07 (compact-study runs)
 
 The learning-rate sweep trains every algorithm's preset from the shipped policy at each learning rate
 (seed 0, one run at a time, in this process) and writes one small JSON file. Per run it stores the config,
@@ -117,7 +117,7 @@ def load_sweep(path: str | Path = RECORDED_LR_SWEEP) -> list[Run]:
 
 
 # Lessons 05-07: which points each panel shows from the start (seed 0), trained at the compact study's scale
-# (benchmarks/study_compact): its sweeps of lr, group size and clip-higher plus a few of the lesson's own, as
+# (studies/claims-compact): its sweeps of lr, group size and clip-higher plus a few of the lesson's own, as
 # (preset, RLConfig overrides, label). Every one is a configuration the panel can reproduce with its sliders
 # (study base config + slider values), so a click on it is answered from the file.
 LR_MULTIPLIERS = (10 ** -0.5, 1.0, 10 ** 0.5, 10.0)  # 3.2e-5 .. 1e-3: the lesson's log slider values 10^(k/10)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-n", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
     q = sub.add_parser("lessons", help="the lessons' panel sweeps, from a `python -m minirl study` folder")
-    q.add_argument("--study", type=Path, default=Path("benchmarks/study_compact"),
+    q.add_argument("--study", type=Path, default=Path("studies/claims-compact"),
                    help="the compact study's --out folder (its run folders)")
     q.add_argument("--only", default=",".join(LESSON_SWEEPS), help="comma-separated: " + ", ".join(LESSON_SWEEPS))
     q.add_argument("--out", type=Path, default=LESSON_DIR, help="folder for the lesson JSON files")

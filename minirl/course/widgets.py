@@ -219,7 +219,7 @@ class ExperimentPanel:
         self.current = run
         now = time.monotonic()
         # redraw at most every REDRAW_SECONDS, and never spend more than a third of the time drawing
-        # (one redraw of 6 panels takes ~0.3 s on a slow CPU, longer than a training step of the tiny model)
+        # (a redraw of 6 panels can take longer than a training step of the tiny model)
         if now - self._last_draw >= max(REDRAW_SECONDS, 2 * self._draw_cost):
             self._say(f"step {row.get('step')} / {run.config.steps} · {row.get('wall_time', 0.0):.0f} s · "
                       f"reward {row.get('reward_mean', float('nan')):.3f}")

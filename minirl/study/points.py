@@ -65,8 +65,8 @@ class Scale:
 
 
 SCALES = {
-    # The compact task and the tiny policy: 80 steps x 64 completions, ~15-40 s per run on 2 CPU cores (the older
-    # study, benchmarks/study_compact; `--task compact`).
+    # The compact task and the tiny policy: 80 steps x 64 completions (the older study, studies/claims-compact;
+    # `--task compact`).
     "cpu": Scale("cpu"),
     # The worked-steps task and its shipped policy (the default study): its 64-token budget; at the end of a run the
     # whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds from 10, so

@@ -1,6 +1,6 @@
 """The study's report: per-claim results JSON (per-seed values and paired tests), figures and STUDY.md.
 
-    python -m minirl study --report-only --out benchmarks/study
+    python -m minirl study --report-only --out studies/claims-worked
 
 The numbers of each run come from its metrics and its study.json; each claim's tests and verdict rule are in
 claims.py, the paired t-test and the MDE in power.py.
@@ -20,7 +20,7 @@ from .points import Claim, Point, Scale
 from .power import t_quantile
 
 # The commit that registered the claims, points, metric and rules below before any of the study's runs.
-REGISTERED = "commit d5a58a9 (benchmarks/study/REGISTRATION.md)"
+REGISTERED = "commit d5a58a9 (REGISTRATION.md, then in benchmarks/study)"
 
 # Every change after registration, said where the results are read. Rules, points, metric and seeds: none.
 DEVIATIONS = (

@@ -174,9 +174,9 @@ class WorkedCountdown:
         # the seed string keeps the task's first name, so every problem draw is the one earlier runs saw
         rng = random.Random(f"countdown-steps|{self.num_count}|{split}|{seed}")  # str seeds: sha512, stable
         # Asking for the whole test split is a coupon collector over unequal odds: with the defaults the rarest
-        # held-out problems come up once in ~15 000 draws (p = 6.6e-5) and the last new one can take 40 000
-        # draws in a row (seed 3), so a give-up bound of 20 000 failed for some seeds. 200 000 misses in a row
-        # has odds of about e^-13 per rare problem and costs ~3 s when the split really is exhausted.
+        # held-out problems come up once in ~15 000 draws (p = 6.6e-5), and for some seeds the last new one takes
+        # more than 20 000 draws in a row (tests/test_worked_task.py draws the whole split for two of them).
+        # 200 000 misses in a row has odds of about e^-13 per rare problem.
         return sample_split(self._draw, split, n, rng, self.test_fraction, MAX_MISSES, "WorkedCountdown")
 
     def _random_chain(self, rng: random.Random, numbers: list[int]) -> list[tuple[int, str, int, int]] | None:
