@@ -215,7 +215,10 @@ class Run:
         _write_atomic(self.path / CONFIG_FILE, self.config.to_json() + "\n")
         _write_atomic(self.path / META_FILE, _dumps(self.meta, indent=2, sort_keys=True) + "\n")
         _write_atomic(self.path / METRICS_FILE, "".join(_dumps(row) + "\n" for row in self.history))
-        _write_atomic(self.path / COMPLETIONS_FILE, "".join(_dumps(row) + "\n" for row in self.completions))
+        if self.completions:  # a run that kept none has no such file
+            _write_atomic(self.path / COMPLETIONS_FILE, "".join(_dumps(row) + "\n" for row in self.completions))
+        else:
+            (self.path / COMPLETIONS_FILE).unlink(missing_ok=True)
         return self.path
 
     def set_status(self, status: str, error: str | None = None) -> None:
