@@ -103,7 +103,15 @@ def worked_card(*, command: str, steps: int, batch_size: int, lr: float, seed: i
         f"| {e['label']} | {e['greedy']['accuracy']:.1%} | {e['sampled']['accuracy']:.1%} "
         f"(k={e['sampled']['k']}) | {e['sampled']['format_rate']:.1%} | {e['sampled']['mean_length']:.1f} | "
         f"{e['sampled']['rate/attempts']:.2f} | {e['sampled']['truncation_rate']:.1%} |" for e in evaluations)
-    n = evaluations[0]["sampled"]["n_problems"]
+    n, three = evaluations[0]["sampled"]["n_problems"], evaluations[0]["sampled"]
+    from .tasks import WorkedCountdown, task_budget
+
+    budget = task_budget(WorkedCountdown())
+    lengths = (f"Sampled answer lengths, {evaluations[0]['label']}: half within {three['length_p50']:g} tokens, 99 % "
+               f"within {three['length_p99']:g}, the longest {three['length_max']}. The task's budget, "
+               f"{budget['max_new_tokens']} tokens with DAPO's soft overlong ramp over the last "
+               f"{budget['overlong_cache']}, is chosen from these lengths: nothing is cut, and the ramp starts beyond "
+               "99 % of the answers.\n\n") if "length_p99" in three else ""
     return front_matter(None, ("sft", "worked-steps")) + f"""# minirl tiny worked-steps Countdown policy
 
 A {num_parameters:,}-parameter Llama ({architecture}) with a {vocab_size}-symbol character tokenizer, warm-started
@@ -118,13 +126,13 @@ room to improve it, and it already retries sometimes, so RL can make it retry mo
 Data: {recipe}. SFT: {steps} steps, batch {batch_size}, AdamW lr {lr} (linear warm-up, cosine to 10 %), seed {seed},
 final loss {final_loss:.3f}, {seconds:.0f} s on the machine that made it (CPU timings are noisy).
 
-## Held-out accuracy (worked-steps Countdown, test split, {n} problems each, at most 64 new tokens)
+## Held-out accuracy (worked-steps Countdown, test split, {n} problems each, {budget['max_new_tokens']} new tokens at most)
 | test | greedy | sampled, T=1 | well-formed (sampled) | mean length (tokens) | attempts | truncated |
 |---|---|---|---|---|---|---|
 {rows}
 
-Reproduce the numbers with `python -m minirl evaluate --task worked` (add `--num-count 4` for 4 numbers). The SFT
-runs that chose this recipe are in `sft_trials.md`, beside this card.
+{lengths}Reproduce the numbers with `python -m minirl evaluate --task worked` (add `--num-count 4` for 4
+numbers). The SFT runs that chose this recipe are in `sft_trials.md`, beside this card.
 
 {USAGE}"""
 

@@ -7,7 +7,6 @@ import json
 import shlex
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -63,17 +62,18 @@ def make_task(args, policy=None):
 
 def cmd_evaluate(args) -> int:
     from . import evaluate, load_policy
+    from .tasks import task_budget
 
     torch.set_num_threads(args.threads) if args.threads else None
     policy = load_policy(policy_for(args), device=args.device, dtype=args.dtype)
     task = make_task(args, policy)
     print(f"policy: {policy.name} ({policy.num_parameters:,} parameters, {policy.device}); "
-          f"task: {task.name}{f', {task.num_count} numbers' if hasattr(task, 'num_count') else ''}, held-out split")
+          f"task: {task.name}{f', {task.num_count} numbers' if hasattr(task, 'num_count') else ''}, {args.split} split")
     rows = []
     for greedy in (True, False):
         t0 = time.perf_counter()
-        m = evaluate(policy, task, n=args.n, greedy=greedy, k=1 if greedy else args.k,
-                     temperature=args.temperature, seed=args.seed)
+        m = evaluate(policy, task, n=args.n, greedy=greedy, k=1 if greedy else args.k, split=args.split,
+                     temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_new_tokens)
         m["seconds"] = time.perf_counter() - t0
         rows.append(m)
     print(f"{'decoding':<22}{'accuracy':>10}{'pass@k':>9}{'format':>9}{'length':>8}{'trunc':>8}{'sec':>7}")
@@ -81,89 +81,32 @@ def cmd_evaluate(args) -> int:
         name = "greedy" if m["greedy"] else f"sampled T={m['temperature']:g} k={m['k']}"
         print(f"{name:<22}{m['accuracy']:>10.1%}{m['pass_at_k']:>9.1%}{m['format_rate']:>9.1%}"
               f"{m['mean_length']:>8.1f}{m['truncation_rate']:>8.1%}{m['seconds']:>7.1f}")
+    m, budget = rows[-1], args.max_new_tokens or task_budget(task)["max_new_tokens"]
+    print(f"sampled lengths (tokens, EOS included): half within {m['length_p50']:g}, 90 % within {m['length_p90']:g}, "
+          f"99 % within {m['length_p99']:g}, the longest {m['length_max']}; {m['truncation_rate']:.1%} cut at the "
+          f"budget of {budget}")
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0
 
 
-SFT_TASK = "3 numbers from 1-9, operators + - *, compact prompt"
-
-
 def cmd_sft(args) -> int:
-    from . import evaluate
-    from .policy import SHIPPED_NAME, SHIPPED_POLICY, new_tiny_policy
-    from .card import sft_card
-    from .sft import sft
-    from .tasks import Countdown
+    """Make a shipped policy: tiny-countdown (--task compact) or tiny-worked (--task worked), sft.py."""
+    from .sft import WORKED_RECIPE, ship_compact, ship_worked
 
     torch.set_num_threads(args.threads) if args.threads else None
     entry = task_entry(args)
-    if entry.name == "worked":
-        return sft_worked(args)
-    if entry.name != "compact":
+    if entry.name not in ("compact", "worked"):
         raise ValueError(f"--task {args.task} is not allowed for sft: it makes the shipped policies of the tasks "
                          "'compact' and 'worked'")
-    for name, default in (("steps", 300), ("batch_size", 128), ("lr", 1e-3)):
-        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
-    task = Countdown(num_count=3)
-    policy = new_tiny_policy(seed=args.seed)
-    t0 = time.perf_counter()
-    history = sft(policy, task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
-    seconds = time.perf_counter() - t0
-    greedy = evaluate(policy, task, n=args.eval_n, greedy=True, seed=0)
-    sampled = evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, temperature=1.0, seed=0)
-    out = Path(args.out or SHIPPED_POLICY)
-    policy.name = SHIPPED_NAME
     command = "python -m minirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    meta = {"command": command, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-            "seed": args.seed, "num_parameters": policy.num_parameters, "seconds": round(seconds, 1),
-            "final_loss": history[-1]["loss"], "greedy": greedy, "sampled": sampled}
-    policy.save(out, sft_card(task_description=SFT_TASK, **meta))
-    (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
-    print(f"saved to {out}: greedy {greedy['accuracy']:.1%}, sampled {sampled['accuracy']:.1%} "
-          f"({seconds:.0f} s of SFT)")
-    return 0
-
-
-def sft_worked(args) -> int:
-    """`sft --task worked`: the worked-steps policy (sft.WORKED_RECIPE; flags override it), evaluated on 3 and 4
-    numbers for its card."""
-    from . import evaluate
-    from .card import worked_card
-    from .policy import WORKED_NAME, WORKED_POLICY, new_tiny_policy
-    from .sft import WORKED_RECIPE, sft, worked_mixture
-    from .tasks import WorkedCountdown, task_budget
-    from .tokenizer import WORKED_CHARACTERS
-
-    recipe = {k: (v if getattr(args, k, None) is None else getattr(args, k)) for k, v in WORKED_RECIPE.items()}
-    hidden = recipe["hidden_size"]
-    policy = new_tiny_policy(seed=args.seed, characters=WORKED_CHARACTERS, hidden_size=hidden,
-                             intermediate_size=4 * hidden, max_positions=128)
-    t0 = time.perf_counter()
-    history = sft(policy, worked_mixture(recipe["four_share"], recipe["retry_rate"]), steps=recipe["steps"],
-                  batch_size=recipe["batch_size"], lr=recipe["lr"], cosine=recipe["cosine"], seed=args.seed)
-    seconds = time.perf_counter() - t0
-    evaluations = []
-    for num_count in (3, 4):
-        task = WorkedCountdown(num_count=num_count)
-        evaluations.append({"label": f"{num_count} numbers",
-                            "greedy": evaluate(policy, task, n=args.eval_n, greedy=True, seed=0),
-                            "sampled": evaluate(policy, task, n=args.eval_n, greedy=False, k=args.eval_k, seed=0)})
-    config = policy.model.config
-    meta = {"command": "python -m minirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
-            "steps": recipe["steps"], "batch_size": recipe["batch_size"], "lr": recipe["lr"], "seed": args.seed,
-            "num_parameters": policy.num_parameters, "vocab_size": config.vocab_size,
-            "architecture": f"hidden {hidden}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
-                            f"intermediate {config.intermediate_size}, {config.max_position_embeddings} positions, "
-                            "tied embeddings",
-            "recipe": f"{1 - recipe['four_share']:.0%} 3-number and {recipe['four_share']:.0%} 4-number problems "
-                      f"(numbers 1-12, targets 1-999, + - *), {recipe['retry_rate']:.0%} of traces with a missed "
-                      "attempt and a restart",
-            "seconds": round(seconds, 1), "final_loss": history[-1]["loss"], "evaluations": evaluations}
-    out = Path(args.out or WORKED_POLICY)
-    policy.name = WORKED_NAME
-    policy.save(out, worked_card(**meta), max_new_tokens=task_budget(WorkedCountdown())["max_new_tokens"])
-    (out / "minirl_card.json").write_text(json.dumps(meta, indent=2) + "\n")  # the card's numbers, for tests
+    common = dict(seed=args.seed, eval_n=args.eval_n, eval_k=args.eval_k, command=command)
+    if entry.name == "worked":  # its recipe, with every flag given overriding its entry
+        recipe = {k: (v if getattr(args, k, None) is None else getattr(args, k)) for k, v in WORKED_RECIPE.items()}
+        out, evaluations, seconds = ship_worked(args.out, recipe, **common)
+    else:
+        out, evaluations, seconds = ship_compact(args.out, steps=args.steps or 300, batch_size=args.batch_size or 128,
+                                                 lr=args.lr or 1e-3, **common)
     print(f"saved to {out}: " + "; ".join(f"{e['label']}: greedy {e['greedy']['accuracy']:.1%}, sampled "
                                           f"{e['sampled']['accuracy']:.1%}" for e in evaluations)
           + f" ({seconds:.0f} s of SFT)")
@@ -203,7 +146,11 @@ def config_from_args(args, task=None):
         from .tasks import task_budget
 
         overrides = {**task_budget(task), **overrides}
-    return RLConfig.preset(args.algo, **overrides)
+    from .config import TUNED_LR
+
+    task_name = task_entry(args).name if getattr(args, "task", None) else "compact"
+    # a task without tuned learning rates (your own) starts at the compact task's
+    return RLConfig.preset(args.algo, task=task_name if task_name in TUNED_LR else "compact", **overrides)
 
 
 def cmd_train(args) -> int:
@@ -243,7 +190,7 @@ def cmd_compare(args) -> int:
 
     overrides = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("seed", args.seed)) if v is not None}
     compare(args.out, algos=tuple(a.strip() for a in args.algos.split(",")), cache_dir=args.cache,
-            threads=args.threads, quiet=args.quiet, task=args.task, **overrides)
+            threads=args.threads, quiet=args.quiet, task=args.task, jobs=args.jobs, **overrides)
     return 0
 
 
@@ -257,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=4, help="samples per problem for the sampled evaluation (pass@k)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--seed", type=int, default=0, help="seed for problem choice and sampling")
+    p.add_argument("--split", default="test", choices=["test", "val", "train"], help="test (held-out, default), val "
+                   "(train problems training never draws) or train")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default: the task's)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -273,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden-size", type=int, default=None, help="worked task: model width (default: recipe)")
     p.add_argument("--four-share", type=float, default=None, help="worked task: share of 4-number problems")
     p.add_argument("--retry-rate", type=float, default=None, help="worked task: share of traces with a restart")
+    p.add_argument("--giveup-rate", type=float, default=None, help="worked task: share of the others that stop unsolved")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and order")
     p.add_argument("--eval-n", type=int, default=300, help="held-out problems for the model card")
     p.add_argument("--eval-k", type=int, default=4, help="samples per problem for sampled accuracy")
@@ -305,12 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="PPO vs GRPO vs DAPO from the shipped policy, same budget: table + PNG")
     p.add_argument("--out", default="results", help="folder for compare.md, compare.json and compare.png")
     p.add_argument("--algos", default="ppo,grpo,dapo", help="comma-separated presets to compare")
-    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: the task's; "
-                   "compact 600, worked 120)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: 1e-4)")
+    p.add_argument("--steps", type=int, default=None, help="rollout steps per algorithm (default: the task's "
+                   "compare length, minirl.tasks.TASKS)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate for all (default: each its own tuned one, "
+                   "config.TUNED_LR)")
     p.add_argument("--seed", type=int, default=None, help="seed for all (default: 0)")
     p.add_argument("--cache", default=None, help="run cache folder (default: $MINIRL_CACHE or ~/.cache/minirl/runs)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
+    p.add_argument("--jobs", type=int, default=2, help="runs side by side (default 2: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--task", default="compact", metavar="TASK", help="the task, from its shipped policy "
                    "(minirl.tasks.TASKS: compact, worked)")
@@ -318,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("study", add_help=False, help="re-test the paper's claims H1..H9 with seeds "
                        "(python -m minirl study --help for its options)")
+    sub.add_parser("tune", add_help=False, help="the learning-rate sweep behind config.TUNED_LR "
+                   "(python -m minirl tune --help for its options)")
     return parser
 
 
@@ -327,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         from .study import main as study_main
 
         return study_main(argv[1:])
+    if argv[:1] == ["tune"]:  # the learning-rate sweep lives in the study wing too
+        from .study.tune import main as tune_main
+
+        return tune_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,13 +1,16 @@
 """`python -m minirl compare`: PPO, GRPO and DAPO from the same base policy under the same budget.
 
-Each algorithm trains in its own process (so its peak memory is its own), one at a time (two torch
-jobs on two cores slow each other several times: BENCHMARKS.md section 3), through the run cache (a finished configuration is answered
-at once). Writes a markdown table, a JSON summary and a PNG of the learning curves to --out.
+Each algorithm trains in its own process (so its peak memory is its own), `jobs` at a time with `threads` torch
+threads each (two one-thread runs side by side use both cores of a laptop; two two-thread runs would slow each other
+several times: BENCHMARKS.md section 3), through the run cache (a finished configuration is answered at once).
+Writes a markdown table, a JSON summary and a PNG of the learning curves to --out.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,18 +18,19 @@ import time
 from pathlib import Path
 
 from .actor_critic import training_state_bytes
+from .checkpoint import CHECKPOINT, POLICY
 from .config import PAPER_ALGOS, RLConfig
+from .evaluate import evaluate
+from .policy import load_policy
 from .runs import Run, RunCache, default_cache_dir, run_key
 from .tasks import get_task, task_budget, task_identity
 
 # Every algorithm of a compare gets the same budget: the task's number of rollout steps (tasks.registry), 64
-# completions per step (8 prompts x G 8, or 64 x 1 for PPO), the task's token budget, and this evaluation.
-EVAL_N = 300  # held-out problems per evaluation
-# Learning rates per task. Compact: tuned by hand on the tiny policy (a few 600-step runs each): DAPO makes 4 updates
-# per rollout, so it needs a smaller step than the single-update GRPO. Worked: twice the compact task's (a fifth of
-# its steps), not tuned on this task. Other presets: 1e-4.
-LEARNING_RATES = {"compact": {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5},
-                  "worked": {"ppo": 2e-4, "grpo": 2e-4, "dapo": 1e-4}}
+# completions per step (8 prompts x G 8, or 64 x 1 for PPO), the task's token budget, and these evaluations; each
+# starts at its own learning rate tuned on the task (config.TUNED_LR).
+EVAL_N = 300  # held-out problems per evaluation during a run (its curves)
+FINAL_K = 4  # after it: the whole held-out split, this many samples of each problem (pass@1 from 4)
+FINAL_FILE = "compare_final.json"  # the final evaluation, kept in the run's folder
 
 
 def compare_configs(algos=PAPER_ALGOS, task: str = "compact", **overrides) -> dict[str, RLConfig]:
@@ -34,8 +38,7 @@ def compare_configs(algos=PAPER_ALGOS, task: str = "compact", **overrides) -> di
     entry = get_task(task)
     budget = dict(steps=entry.compare_steps, eval_every=entry.compare_eval_every, eval_n=EVAL_N,
                   **task_budget(entry.make()))
-    rates = LEARNING_RATES.get(entry.name, {})
-    return {a: RLConfig.preset(a, **{**budget, "lr": rates.get(a, 1e-4), **overrides}) for a in algos}
+    return {a: RLConfig.preset(a, task=entry.name, **{**budget, **overrides}) for a in algos}
 
 
 def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: str, policy_identity: str) -> Run:
@@ -49,18 +52,42 @@ def run_one(config: RLConfig, cache: RunCache, threads: int, quiet: bool, task: 
            "--device", "cpu", "--threads", str(threads), "--task", task] + (["--quiet"] if quiet else [])
     subprocess.run(cmd, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     run = cache.get(key)
+    if run is not None:
+        print(f"{config.algo}: {run.history[-1]['step']} steps in {run.meta.get('seconds', 0):.0f} s", flush=True)
     if run is None:
         raise RuntimeError(f"the {config.algo} run finished but is not in the cache at {cache.path_for(key)}")
     return run
 
 
-def summary_row(run: Run) -> dict:
+def final_evaluation(policy, task, n: int) -> dict:
+    """The whole held-out split (`n` problems): greedy, and FINAL_K samples of each (pass@1 from FINAL_K)."""
+    greedy = evaluate(policy, task, n=n, greedy=True, progress=False)
+    sampled = evaluate(policy, task, n=n, greedy=False, k=FINAL_K, progress=False)
+    return {"n": n, "k": FINAL_K, "greedy": greedy["accuracy"], "pass1": sampled["accuracy"],
+            "length": sampled["mean_length"], "truncated": sampled["truncation_rate"],
+            "attempts": sampled.get("rate/attempts", math.nan)}
+
+
+def final_of(run: Run, task, n: int) -> dict:
+    """`final_evaluation` of a run's trained policy, kept in its folder (a run from the cache is not evaluated again)."""
+    file = run.path / FINAL_FILE
+    if file.is_file() and json.loads(file.read_text())["n"] == n:
+        return json.loads(file.read_text())
+    final = final_evaluation(load_policy(run.path / CHECKPOINT / POLICY, device="cpu"), task, n)
+    file.write_text(json.dumps(final, indent=1) + "\n")
+    return final
+
+
+def summary_row(run: Run, base: dict, final: dict) -> dict:
     first = run.history[0]
     return {
-        "algo": run.config.algo,
-        "greedy_base": first.get("eval/accuracy_greedy"), "greedy_final": run.final("eval/accuracy_greedy"),
-        "sampled_base": first.get("eval/accuracy_sampled"), "sampled_final": run.final("eval/accuracy_sampled"),
-        "steps": run.history[-1]["step"], "samples": run.history[-1].get("samples"),
+        "algo": run.config.algo, "heldout_n": final["n"], "k": final["k"],
+        "pass1_base": base["pass1"], "pass1_final": final["pass1"],
+        "greedy_base": base["greedy"], "greedy_final": final["greedy"],
+        "length_base": base["length"], "length_final": final["length"],
+        "truncated_final": final["truncated"], "attempts_base": base["attempts"], "attempts_final": final["attempts"],
+        "sampled_300_base": first.get("eval/accuracy_sampled"), "sampled_300_final": run.final("eval/accuracy_sampled"),
+        "lr": run.config.lr, "steps": run.history[-1]["step"], "samples": run.history[-1].get("samples"),
         "seconds": run.meta.get("seconds"), "peak_rss_mb": run.meta.get("peak_mem_mb"),
         "train_state_mb": run.meta.get("state_mb"), "critic_params": run.meta.get("critic_params"),
         "reference_params": run.meta.get("reference_params"),
@@ -68,14 +95,17 @@ def summary_row(run: Run) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
+    """Held-out pass@1 (the whole split, FINAL_K samples each) and greedy accuracy, before and after each run."""
     base = rows[0]
-    lines = ["| | greedy acc. | sampled acc. (T=1) | Δ sampled | steps | seconds | peak RSS MB | train-state MB | critic params |",
-             "|---|---|---|---|---|---|---|---|---|",
-             f"| base policy | {base['greedy_base']:.1%} | {base['sampled_base']:.1%} | | | | | | |"]
+    lines = [f"| | lr | held-out pass@1 ({base['heldout_n']} × {base['k']}) | Δ pass@1 | greedy | length | steps | "
+             "seconds | peak RSS MB | train-state MB | critic params |", "|---|---|---|---|---|---|---|---|---|---|---|",
+             f"| base policy | | {base['pass1_base']:.1%} | | {base['greedy_base']:.1%} | {base['length_base']:.1f} "
+             "| | | | | |"]
     for r in rows:
-        lines.append(f"| {r['algo']} | {r['greedy_final']:.1%} | {r['sampled_final']:.1%} | "
-                     f"{(r['sampled_final'] - r['sampled_base']) * 100:+.1f} pts | {r['steps']} | {r['seconds']:.0f} | "
-                     f"{r['peak_rss_mb']:.0f} | {r['train_state_mb']:.1f} | {r['critic_params']:,} |")
+        lines.append(f"| {r['algo']} | {r['lr']:.0e} | {r['pass1_final']:.1%} | "
+                     f"{(r['pass1_final'] - r['pass1_base']) * 100:+.1f} pts | {r['greedy_final']:.1%} | "
+                     f"{r['length_final']:.1f} | {r['steps']} | {r['seconds']:.0f} | {r['peak_rss_mb']:.0f} | "
+                     f"{r['train_state_mb']:.1f} | {r['critic_params']:,} |")
     return "\n".join(lines)
 
 
@@ -113,19 +143,25 @@ def memory_table(rows: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
-def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Path | None = None, threads: int = 2,
-            quiet: bool = False, task: str = "compact", **overrides) -> list[Run]:
+def compare(out: str | Path = "results", algos=PAPER_ALGOS, cache_dir: str | Path | None = None, threads: int = 1,
+            quiet: bool = False, task: str = "compact", jobs: int = 2, **overrides) -> list[Run]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cache = RunCache(cache_dir or default_cache_dir())
     t0 = time.perf_counter()
-    from .policy import load_policy
-
     entry = get_task(task)
     base = load_policy(entry.policy, device="cpu")
     configs = compare_configs(algos, entry.name, **overrides)
-    runs = [run_one(cfg, cache, threads, quiet, entry.name, base.identity()) for cfg in configs.values()]
-    rows = [summary_row(r) for r in runs]
+    identity = base.identity()
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:  # side by side, the progress bars would interleave
+        runs = list(pool.map(lambda cfg: run_one(cfg, cache, threads, quiet or jobs > 1, entry.name, identity),
+                             configs.values()))
+    import torch
+
+    torch.set_num_threads(jobs * threads)  # the evaluations run here, one after another, on every core
+    task_object, n = entry.make(), entry.heldout_n or EVAL_N
+    base_final = final_evaluation(base, task_object, n)
+    rows = [summary_row(r, base_final, final_of(r, task_object, n)) for r in runs]
     tiny = base.model
     n_tiny = sum(p.numel() for p in tiny.parameters())
     table = markdown_table(rows) + "\n\nTraining state (fp32), from parameter counts:\n\n" + memory_table(

@@ -11,8 +11,11 @@ The three algorithms are switches of one machine:
 | KL to reference   | k1, in the reward    | k3, in the loss         | none                          |
 | dynamic sampling  | -                    | -                       | drop all-equal groups, refill |
 | overlong          | -                    | -                       | soft punishment               |
+| updates / rollout | 4 (2 epochs x 2)     | 1                       | 4 (minibatches)               |
+| learning rate     | tuned per task       | tuned per task          | tuned per task (TUNED_LR)     |
 
-`RLConfig.preset("dapo", dynamic_sampling=False)` is "DAPO without dynamic sampling", as in Lian 2025.
+`RLConfig.preset("dapo_nods")` is "DAPO without dynamic sampling", as in Lian 2025. Every preset starts at the learning
+rate tuned for it on its task (TUNED_LR, below the presets; `preset(name, task=...)`).
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class RLConfig:
     eval_every: int = knob(10, "held-out evaluation every this many steps (0 = only at the end)")
     eval_n: int = knob(200, "held-out problems per evaluation")
     eval_sampled_k: int = knob(1, "samples per problem for the sampled (T = temperature) evaluation")
+    eval_split: str = knob("test", "the split the evaluations use: test (held-out, for results) or val (train problems "
+                                   "that training never draws, for tuning)")
     checkpoint_every: int = knob(0, "save a checkpoint every this many steps (0 = only at the end); needs a run dir")
     mixed_precision: str = knob("no", '"no", "bf16" or "fp16" (GPU): the autocast dtype of every forward pass '
                                       '(weights stay as loaded); fp16 on a GPU also scales the loss (a GradScaler)')
@@ -108,14 +113,15 @@ class RLConfig:
 
     # ------------------------------------------------------------------
     @classmethod
-    def preset(cls, name: str, **overrides) -> "RLConfig":
-        """A named starting point; keyword arguments override single fields. See PRESETS for sources."""
+    def preset(cls, name: str, task: str = "compact", **overrides) -> "RLConfig":
+        """A named starting point at its learning rate tuned on `task` (a registry task name, TUNED_LR); keyword
+        arguments override single fields. See PRESETS and TUNED_LR for where each value comes from."""
         if name not in PRESETS:
             raise ConfigError(f"preset name={name!r} is unknown; choose one of {sorted(PRESETS)}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"preset({name!r}) got unknown fields {sorted(unknown)}; see RLConfig's fields")
-        return cls(**{**PRESETS[name], "algo": name, **overrides}).validate()
+        return cls(**{**PRESETS[name], "algo": name, "lr": tuned_lr(name, task), **overrides}).validate()
 
     def replace(self, **changes) -> "RLConfig":
         return dataclasses.replace(self, **changes).validate()
@@ -179,7 +185,8 @@ class RLConfig:
         need(0 < self.top_p <= 1, "top_p", "use a number in (0, 1]")
         choices = {"loss_agg": AGGREGATION_MODES, "kl_estimator": KL_ESTIMATORS, "kl_placement": ("loss", "reward"),
                    "advantage": ("gae", "group", "rloo"), "adv_scale": ("group", "batch", "none"),
-                   "critic": ("none", "head", "separate"), "mixed_precision": ("no", "bf16", "fp16")}
+                   "critic": ("none", "head", "separate"), "mixed_precision": ("no", "bf16", "fp16"),
+                   "eval_split": ("test", "val")}
         for name, allowed in choices.items():
             need(getattr(self, name) in allowed, name, f"choose one of {list(allowed)}")
         # --- consistency between fields ---
@@ -234,13 +241,35 @@ def fields_table() -> str:
 PRESETS: dict[str, dict] = {  # the algorithms minirl offers, by name
     "ppo": dict(advantage="gae", critic="head", group_size=1, batch_size=64, whiten_advantages=True,
                 kl_coef=0.01, kl_estimator="k1", kl_placement="reward", loss_agg="token-mean",
-                epochs=2, minibatches=2, lr=3e-5, vf_coef=0.5, value_clip=0.2, gamma=1.0, lam=0.95),
+                epochs=2, minibatches=2, vf_coef=0.5, value_clip=0.2, gamma=1.0, lam=0.95),
     "grpo": dict(advantage="group", adv_scale="group", kl_coef=0.04, kl_estimator="k3", kl_placement="loss",
                  loss_agg="seq-mean-token-mean"),
     "dapo": dict(advantage="group", adv_scale="group", clip_low=0.2, clip_high=0.28, dynamic_sampling=True,
                  max_gen_batches=10, minibatches=4, loss_agg="token-mean", overlong_punishment=True,
                  overlong_filter=False, kl_coef=0.0),
+    "dapo_nods": dict(advantage="group", adv_scale="group", clip_low=0.2, clip_high=0.28, dynamic_sampling=False,
+                      minibatches=4, loss_agg="token-mean", overlong_punishment=True, overlong_filter=False,
+                      kl_coef=0.0),
     "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
 }
 PAPER_ALGOS = ("ppo", "grpo", "dapo")  # the three that Lian 2025 compares, and the course with it
+
+# The learning rate each preset starts at, per task (minirl.tasks.TASKS): the one with the best mean validation
+# accuracy (the task's "val" split, 3 seeds) in the learning-rate sweep `python -m minirl tune`, whose runs, figure
+# and table are in studies/lr-sweep (SWEEP.md says how each value was chosen). The presets make different numbers of
+# updates per rollout (GRPO 1, DAPO 4, PPO 4), so one shared learning rate would compare step sizes, not algorithms.
+TUNED_LR: dict[str, dict[str, float]] = {
+    "compact": {"ppo": 1e-4, "grpo": 1e-4, "dapo": 5e-5, "dapo_nods": 5e-5, "dr_grpo": 1e-4, "rloo": 1e-4},
+    "worked": {"ppo": 2e-4, "grpo": 2e-4, "dapo": 1e-4, "dapo_nods": 1e-4},
+}
+
+
+def tuned_lr(algo: str, task: str = "compact") -> float:
+    """The tuned learning rate of preset `algo` on `task` (TUNED_LR); a task or preset it lacks is a ConfigError."""
+    if task not in TUNED_LR:
+        raise ConfigError(f"task={task!r} has no tuned learning rates: choose one of {sorted(TUNED_LR)}")
+    if algo not in TUNED_LR[task]:
+        raise ConfigError(f"preset {algo!r} has no tuned learning rate on task {task!r}: tuned are "
+                          f"{sorted(TUNED_LR[task])}; pass lr=... yourself")
+    return TUNED_LR[task][algo]

@@ -12,6 +12,14 @@ from .rollout import check_sampling_args, sample
 from .tasks import task_budget
 
 
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` (linear interpolation between order statistics, as numpy's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    return ordered[lo] + (pos - lo) * (ordered[min(lo + 1, len(ordered) - 1)] - ordered[lo])
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021, eq. 1)."""
     if n - c < k:
@@ -29,7 +37,8 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
     `temperature`. Returns accuracy (mean over all samples), pass_at_k (unbiased estimator with
     n_samples = k, i.e. "any of the k is correct"), format_rate, mean_length (tokens, EOS included),
     truncation_rate, reward_mean, the mean of every score component as `rate/<name>` (e.g. rate/numbers_ok),
-    and the settings used. keep > 0 adds "completions": what the policy wrote for the first `keep` problems (the
+    length_p50/p90/p99/max (the length distribution, which a token budget is chosen from), and the settings used.
+    keep > 0 adds "completions": what the policy wrote for the first `keep` problems (the
     first of their k samples), each {prompt, completion, reward, correct, components}; the same (n, seed) gives
     the same problems, so the evaluations of a run can be read side by side.
     """
@@ -78,6 +87,7 @@ def evaluate(policy, task, n: int = 200, *, greedy: bool = True, k: int = 1, tem
         "format_rate": mean(parts["format_ok"]) if "format_ok" in parts else float("nan"),
         "reward_mean": mean(rewards),
         "mean_length": mean(lengths),
+        **{f"length_p{q}": quantile(lengths, q / 100) for q in (50, 90, 99)}, "length_max": max(lengths),
         "truncation_rate": mean(truncated),
         **{f"rate/{name}": mean(values) for name, values in sorted(parts.items())},  # e.g. rate/numbers_ok
         "n_problems": len(problems),

@@ -65,6 +65,11 @@ def rollout_totals(rewards: list[torch.Tensor], parts: list[torch.Tensor], names
          "length_sum": float(torch.cat(lengths).sum()), "completion_len_max": float(torch.cat(lengths).max()),
          "truncated": float(torch.cat(truncated).sum())}
     every_part = torch.cat(parts)  # (N, C)
+    if "correct" in names:  # lengths of right and of wrong answers apart: a mean length hides which ones grow
+        right = every_part[:, names.index("correct")] >= 1  # (N,)
+        every_length = torch.cat(lengths).double()  # (N,)
+        t.update(length_right_sum=every_length[right].sum().item(), right_n=float(right.sum()),
+                 length_wrong_sum=every_length[~right].sum().item(), wrong_n=float((~right).sum()))
     for j, name in enumerate(names):
         column = every_part[:, j]
         present = ~torch.isnan(column)
@@ -81,6 +86,9 @@ def rollout_metrics(t: dict[str, float]) -> dict[str, float]:
            "generated": int(n), "completion_len_mean": t["length_sum"] / n,
            "completion_len_max": int(t["completion_len_max"]), "truncation_rate": t["truncated"] / n,
            "generated_tokens": int(t["length_sum"])}
+    if "right_n" in t:
+        row["completion_len_correct"] = t["length_right_sum"] / t["right_n"] if t["right_n"] else math.nan
+        row["completion_len_incorrect"] = t["length_wrong_sum"] / t["wrong_n"] if t["wrong_n"] else math.nan
     for key in sorted(k for k in t if k.startswith("reward/") and k.endswith("_sum")):
         name = key[: -len("_sum")]
         count = t[f"{name}_count"]

@@ -24,9 +24,10 @@ from .runs import Run, markdown_table
 # What the live widget shows while a run trains: is it learning, is it still exploring, is it drifting away?
 LIVE_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "kl_ref", "clip_frac_high", "completion_len_mean")
 # ... and on the worked-steps task (tasks/worked.py), where how long the policy reasons and how often it retries
-# can change: completion length and attempts per completion take the places of KL and clipping
-WORKED_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_mean", "reward/attempts",
-                 "reward/arithmetic_ok")
+# can change: the lengths of right and of wrong answers apart, the share cut at the budget (a runaway answer shows
+# there, not in a mean length) and attempts per answer take the places of KL and clipping
+WORKED_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_correct",
+                  "completion_len_incorrect", "truncation_rate", "reward/attempts", "reward/arithmetic_ok")
 
 NICE_NAMES = {
     "reward_mean": "mean reward",
@@ -45,6 +46,8 @@ NICE_NAMES = {
     "samples": "completions sampled",
     "completion_len_mean": "completion length (tokens)",
     "completion_len_max": "longest completion (tokens)",
+    "completion_len_correct": "length of right answers (tokens)",
+    "completion_len_incorrect": "length of wrong answers (tokens)",
     "truncation_rate": "truncated completions",
     "entropy": "policy entropy (nats / token)",
     "kl_ref": "KL to reference",

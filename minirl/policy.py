@@ -13,7 +13,6 @@ import hashlib
 import inspect
 import json
 import os
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +29,13 @@ SHIPPED_POLICY = Path(__file__).parent / "assets" / "tiny-countdown"
 SHIPPED_NAME = "minirl/tiny-countdown"  # `Policy.name` of `load_policy()`
 WORKED_POLICY = Path(__file__).parent / "assets" / "tiny-worked"  # the worked-steps policy (tasks/worked.py)
 WORKED_NAME = "minirl/tiny-worked"
+# the first worked-steps policy (SFT without give-up traces: it retries until the budget runs out on problems it
+# cannot solve), kept so that the runs and the registered study made with it can be repeated
+STEPS_POLICY, STEPS_NAME = Path(__file__).parent / "assets" / "tiny-steps", "minirl/tiny-steps"
 # the policies shipped in the package, by the short name `load_policy` takes (and by their Policy.name)
-SHIPPED = {"tiny-countdown": (SHIPPED_POLICY, SHIPPED_NAME), "tiny-worked": (WORKED_POLICY, WORKED_NAME)}
+SHIPPED = {"tiny-countdown": (SHIPPED_POLICY, SHIPPED_NAME), "tiny-worked": (WORKED_POLICY, WORKED_NAME),
+           "tiny-steps": (STEPS_POLICY, STEPS_NAME)}
 SHIPPED.update({name: (path, name) for path, name in list(SHIPPED.values())})
-SHIPPED_ALIASES = {"tiny-steps": "tiny-worked", "minirl/tiny-steps": "tiny-worked"}  # earlier names, with a warning
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -216,16 +218,12 @@ def load_policy(name_or_path: str | Path | None = None, *, device: str | torch.d
                 dtype: str | torch.dtype | None = None, use_chat_template: bool | None = None,
                 trust_remote_code: bool = False) -> Policy:
     """Load a policy: the shipped tiny Countdown model (no argument), a shipped one by name ("tiny-worked", the
-    worked-steps policy; "tiny-countdown"), a local folder, or a hub model id.
+    worked-steps policy; "tiny-countdown"; "tiny-steps", the first worked-steps one), a local folder, or a hub id.
 
     device: "auto" (default: cuda, then mps, then cpu) or any torch device string.
     dtype: "auto" (bf16 on a GPU that supports it, else fp32), "float32", "bfloat16" or "float16".
     use_chat_template: wrap prompts in the tokenizer's chat template; default: if it has one.
     """
-    if str(name_or_path) in SHIPPED_ALIASES:
-        warnings.warn(f"policy {name_or_path!r} is now called {SHIPPED_ALIASES[str(name_or_path)]!r}; the old name "
-                      "will go", FutureWarning, stacklevel=2)
-        name_or_path = SHIPPED_ALIASES[str(name_or_path)]
     shipped = SHIPPED.get("tiny-countdown" if name_or_path is None else str(name_or_path))
     path = shipped[0] if shipped else name_or_path
     dev = pick_device(device)

@@ -109,9 +109,11 @@ def windows_peak_rss_mb() -> float:
 
 
 def run_evaluation(policy, task, config: RLConfig) -> tuple[dict[str, float], list[dict]]:
-    """Held-out accuracy, greedy and sampled at the training temperature (step 0 of a run is the base policy), and
-    what the policy wrote for the first COMPLETIONS_KEPT problems in each decoding."""
-    common = dict(n=config.eval_n, max_new_tokens=config.max_new_tokens, progress=False, keep=COMPLETIONS_KEPT)
+    """Accuracy on `config.eval_split` (held-out test, or val when tuning), greedy and sampled at the training
+    temperature (step 0 of a run is the base policy), and what the policy wrote for the first COMPLETIONS_KEPT
+    problems in each decoding."""
+    common = dict(n=config.eval_n, max_new_tokens=config.max_new_tokens, split=config.eval_split, progress=False,
+                  keep=COMPLETIONS_KEPT)
     greedy = evaluate(policy, task, greedy=True, **common)
     sampled = evaluate(policy, task, greedy=False, k=config.eval_sampled_k, temperature=config.temperature, **common)
     completions = [{"decoding": name, **row} for name, m in (("greedy", greedy), ("sampled", sampled))
@@ -134,7 +136,7 @@ class Session:
 
 
 def open_run(policy, task, config: RLConfig, key: str, run_dir: Path | None, resume: bool,
-             accelerator: Accelerator | None, report_to: str | None) -> Session:
+             accelerator: Accelerator | None, report_to: str | None, label: str | None = None) -> Session:
     """A new run in `run_dir`, or the run there resumed from its last checkpoint (its rows after it dropped);
     trackers started when `report_to` names them."""
     run = None
@@ -155,7 +157,8 @@ def open_run(policy, task, config: RLConfig, key: str, run_dir: Path | None, res
     learner, done = make_learner(policy, config, accelerator, checkpoint)
     main = learner.accelerator.is_main_process
     if run is None:  # only the main process writes the run folder
-        run = Run.start(config, run_dir if main else None, **run_meta(policy, task, learner, key))
+        run = Run.start(config, run_dir if main else None, **run_meta(policy, task, learner, key),
+                        **({"label": label} if label else {}))
     else:
         run.history = [r for r in run.history if r["step"] <= done]
         run.completions = [r for r in run.completions if r["step"] <= done]
@@ -177,7 +180,8 @@ def run_steps(session: Session, policy, task, config: RLConfig, callbacks=(), pr
     acc = learner.accelerator
     main = acc.is_main_process
     samples = run.history[-1].get("samples", 0) if run.history else 0
-    bar = tqdm(range(session.done + 1, config.steps + 1), desc=config.algo, unit="step", file=sys.stdout,
+    bar = tqdm(range(session.done + 1, config.steps + 1), desc=run.meta.get("label", config.algo), unit="step",
+               file=sys.stdout,
                mininterval=0.5, disable=not (progress and main), initial=session.done, total=config.steps)
 
     def evaluation(row: dict) -> None:  # held-out accuracy into the row, what the policy wrote into the run
@@ -262,7 +266,7 @@ def log_completions(acc: Accelerator, completions: list[dict], step: int) -> Non
 
 def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path | None = None, resume: bool = False,
           cache=None, progress: bool = True, accelerator: Accelerator | None = None, advantage_fn=None,
-          report_to: str | list[str] | None = None) -> Run:
+          report_to: str | list[str] | None = None, label: str | None = None) -> Run:
     """Train `policy`'s weights in place on `task` with `config`; return the Run (config + per-step metrics).
 
     callbacks: callables `cb(run, row)` called after every step on the main process; return False to stop.
@@ -276,6 +280,7 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
       (how the exercises plug a learner's implementation into this trainer); such runs are never cached.
     report_to: experiment trackers for the metrics and the completions, as accelerate's `log_with` names them
       ("tensorboard", "trackio", "wandb", ..., or "all"); they write into the run folder.
+    label: the run's name in its progress bar, tables and plots (default: the preset's name; `Run.label`).
     """
     config = config.validate()
     if advantage_fn is not None:
@@ -288,7 +293,8 @@ def train(policy, task, config: RLConfig, *, callbacks=(), run_dir: str | Path |
         if hit is not None:
             return hit
         run_dir = run_dir or cache.path_for(key)
-    session = open_run(policy, task, config, key, Path(run_dir) if run_dir else None, resume, accelerator, report_to)
+    session = open_run(policy, task, config, key, Path(run_dir) if run_dir else None, resume, accelerator, report_to,
+                       label)
     try:
         status = run_steps(session, policy, task, config, callbacks, progress, advantage_fn)
     except BaseException as err:  # keep the metrics and the last good checkpoint; say why it ended

@@ -27,7 +27,7 @@ INVALID = {
     "temperature": [0, -1.0], "top_p": [0, 1.01, -0.5],
     "loss_agg": ["mean", "", "token_mean"], "kl_estimator": ["k4", "K3"], "kl_placement": ["both", "rewards"],
     "advantage": ["ppo", "grpo"], "adv_scale": ["std"], "critic": ["value", "shared"],
-    "mixed_precision": ["fp8", "bfloat16", None],
+    "mixed_precision": ["fp8", "bfloat16", None], "eval_split": ["train", "heldout"],
     "overlong_cache": [0, -1, 16, 17],  # must be >= 1 and < max_new_tokens (16)
 }
 

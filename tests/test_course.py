@@ -325,3 +325,31 @@ def test_grade_cli_prints_a_table_and_refuses_bad_usage(tmp_path, capsys):
     assert main(["grade", str(tmp_path / "nowhere")]) == 2
     assert "PATH" in capsys.readouterr().err
     assert main(args + ["--timeout", "0"]) == 2
+
+
+def test_execute_saves_a_notebook_with_its_progress_bars_as_a_terminal_shows_them(tmp_path):
+    """Headless, tqdm's redraws are separate outputs (hundreds per training run); a committed lesson keeps one line."""
+    import nbformat
+
+    from minirl.course.execute import execute
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import sys\nfrom tqdm import tqdm\nfor _ in tqdm(range(50), desc='train', file=sys.stdout, mininterval=0):\n"
+        "    pass\nprint('done')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, path)
+    assert execute(path, timeout=120) > 0
+    outputs = json.loads(path.read_text())["cells"][0]["outputs"]
+    assert len(outputs) == 1 and outputs[0]["name"] == "stdout"
+    lines = "".join(outputs[0]["text"]).splitlines()
+    assert len(lines) == 2 and lines[0].startswith("train: 100%") and "50/50" in lines[0] and lines[1] == "done"
+
+
+def test_grading_finds_the_solutions_of_the_checkout_from_any_folder(tmp_path, monkeypatch):
+    from minirl.course.__main__ import default_folder
+
+    monkeypatch.chdir(tmp_path)  # no solutions/ here: the checkout's, which this minirl is installed from
+    assert Path(default_folder("solutions")) == Path(__file__).resolve().parents[1] / "solutions"
+    (tmp_path / "solutions").mkdir()
+    assert default_folder("solutions") == "solutions"  # here first

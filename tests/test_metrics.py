@@ -32,3 +32,23 @@ def test_reward_mean_and_std_from_moments():
 def test_combine_in_one_process_is_the_identity():
     totals = {"a_sum": 1.5, "completion_len_max": 3.0}
     assert metrics.combine(None, totals) == totals
+
+
+def test_lengths_of_right_and_wrong_answers_apart_also_when_the_rows_are_split():
+    correct = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])  # the task's "correct" component
+    lengths = torch.tensor([10, 40, 64, 12, 20, 30])
+    parts, names = torch.stack([correct, correct * 0.5], 1), ["correct", "reward_part"]
+    group_ids = torch.arange(6)  # groups of one: the lengths are what this test is about
+
+    def row(rows: slice) -> dict:
+        n = len(range(6)[rows])
+        return metrics.rollout_totals([correct[rows]], [parts[rows]], names, [lengths[rows]],
+                                      [lengths[rows] >= 64], group_ids[rows], kept_groups=n, group_size=1)
+
+    whole = metrics.rollout_metrics(row(slice(0, 6)))
+    assert (whole["completion_len_correct"], whole["completion_len_incorrect"]) == (11.0, 38.5)
+    halves = [row(slice(0, 3)), row(slice(3, 6))]  # what two processes hold: added, then divided
+    added = metrics.rollout_metrics({k: halves[0][k] + halves[1][k] for k in halves[0]})
+    assert added["completion_len_correct"] == 11.0 and added["completion_len_incorrect"] == 38.5
+    none_right = metrics.rollout_metrics(row(slice(1, 3)))
+    assert math.isnan(none_right["completion_len_correct"]) and none_right["completion_len_incorrect"] == 52.0

@@ -70,10 +70,20 @@ def test_unknown_names_and_clashes_get_one_clear_error(toy_task, capsys):
 def test_the_shipped_tasks_name_their_policy_and_budget():
     assert {name: (e.policy, e.budget) for name, e in TASKS.items()} == {
         "compact": ("tiny-countdown", {"max_new_tokens": 16, "overlong_cache": 4}),
-        "worked": ("tiny-worked", {"max_new_tokens": 64, "overlong_cache": 16})}
+        "worked": ("tiny-worked", {"max_new_tokens": 80, "overlong_cache": 32})}
     with pytest.warns(FutureWarning, match="'steps' is now called 'worked'"):
         assert get_task("steps") is TASKS["worked"]
     assert isinstance(TASKS["worked"].make(num_count=4), WorkedCountdown)
     # a task without a budget of its own gets 64 tokens and a quarter of them as DAPO's overlong zone
     assert task_budget(FunctionTask("plain", double_problem, double_reward)) == {"max_new_tokens": 64,
                                                                                  "overlong_cache": 16}
+
+
+@pytest.mark.parametrize("name", ["compact", "worked"])
+def test_heldout_n_is_the_whole_held_out_split(name):
+    """compare's final evaluation takes every held-out problem: exactly heldout_n of them exist."""
+    entry = TASKS[name]
+    task = entry.make()
+    assert len({p.key for p in task.problems("test", entry.heldout_n, seed=1)}) == entry.heldout_n
+    with pytest.raises(ValueError, match=f"found only {entry.heldout_n} distinct problems"):
+        task.problems("test", entry.heldout_n + 1, seed=1)

@@ -135,7 +135,7 @@ def test_cache_returns_finished_run_without_training(tmp_path):
     second = train(policy, TASK, cfg, cache=cache, progress=False)
     assert second.history == first.history
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
-    third = train(load_policy(device="cpu"), TASK, cfg.replace(lr=1e-4), cache=cache, progress=False)
+    third = train(load_policy(device="cpu"), TASK, cfg.replace(lr=cfg.lr * 2), cache=cache, progress=False)
     assert third.path != first.path
 
 

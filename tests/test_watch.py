@@ -4,6 +4,7 @@ logged with the metrics through accelerate's trackers (read back here with Tenso
 import json
 
 import pytest
+import yaml
 
 from minirl import Countdown, RLConfig, load_policy
 from minirl.cli import main
@@ -67,7 +68,8 @@ def test_report_to_tensorboard_logs_metrics_and_completions_through_accelerate(t
     capsys.readouterr()
     history = Run.load(run_dir).history
     scalars, texts = read_events(run_dir / "minirl")  # accelerate's project name; the config goes in as hparams
-    assert any("lr: 3.0e-05" in f.read_text() for f in (run_dir / "minirl").rglob("hparams.yml"))
+    hparams = [yaml.safe_load(f.read_text()) for f in (run_dir / "minirl").rglob("hparams.yml")]
+    assert any(h["lr"] == RLConfig.preset("grpo").lr for h in hparams)
     assert [step for step, _ in scalars["reward_mean"]] == [1, 2]
     assert [v for _, v in scalars["reward_mean"]] == pytest.approx([r["reward_mean"] for r in history[1:]])
     assert [step for step, _ in scalars["eval/accuracy_sampled"]] == [0, 1, 2]

@@ -144,8 +144,41 @@ def test_panel_trains_on_the_worked_task_with_its_budget_and_plots(tmp_path, one
     base = {k: v for k, v in BASE.items() if k not in ("max_new_tokens", "overlong_cache")}
     p = experiment_panel("dapo", task="worked", base_config=dict(base, max_gen_batches=20), metrics=WORKED_METRICS,
                          cache=RunCache(tmp_path), background=False)
-    assert p.config().max_new_tokens == 64 and p.config().overlong_cache == 16  # the task's budget, not 16 / 4
+    assert p.config().max_new_tokens == 80 and p.config().overlong_cache == 32  # the task's budget, not 16 / 4
     p.click_run()
     run = p.runs[0]
     assert run.status == "finished" and "reward/attempts" in run.history[-1]
     assert "attempts per completion" in [ax.get_title() for ax in p.fig.axes]
+
+
+def test_each_algorithm_starts_at_its_tuned_lr_and_the_controls_say_what_they_do():
+    from minirl.config import tuned_lr
+
+    base = {k: v for k, v in BASE.items() if k != "group_size"}  # as a lesson's: G from the preset
+    p = experiment_panel("grpo", base_config=dict(base, lr=1e-3), policy_factory=lambda: None)
+    assert p.lr.value == pytest.approx(1e-3)  # the lesson's starting point
+    p.algo.value = "dapo"  # a switch goes to the new algorithm's own tuned learning rate
+    assert p.lr.value == pytest.approx(tuned_lr("dapo"), rel=0.03)  # (the log slider rounds to 10^(k/10))
+    p.algo.value = "ppo"
+    assert (p.group_size.value, p.group_size.disabled) == (1, True)  # PPO's G is 1, shown as 1
+    assert p.config().group_size == 1
+    p.algo.value = "grpo"
+    assert p.group_size.value >= 2 and not p.group_size.disabled
+    p.kl_on.value = False
+    assert p.kl_coef.disabled and p.config().kl_coef == 0
+    p.kl_on.value = True
+    assert not p.kl_coef.disabled
+    assert all(getattr(p, name).tooltip for name in ("algo", "lr", "batch_size", "group_size", "clip_low",
+                                                     "clip_high", "kl_coef", "entropy_coef", "steps", "run_button"))
+
+
+def test_the_status_line_says_how_long_a_run_should_take():
+    cfg = RLConfig.preset("grpo", **BASE)
+    done = Run(cfg, history=[{"step": 0, "samples": 0}, {"step": cfg.steps, "samples": cfg.steps * 4 * 4}],
+               meta={"status": "finished", "seconds": 30.0})
+    p = experiment_panel("grpo", base_config=dict(BASE, batch_size=4, group_size=4), precomputed=[done],
+                         policy_factory=lambda: None)
+    p.batch_size.value = 8  # twice the completions per step: about twice the time
+    assert "about 60 s" in p.status.value
+    p.algo.value = "dapo"  # no dapo run shown: no estimate
+    assert "about" not in p.status.value

@@ -216,8 +216,8 @@ def grade(path, solutions_dir, timeout: float = TIMEOUT, out="grades", *, log=No
     if not path.exists():
         raise CourseError(f"PATH {str(path)!r} does not exist (allowed: a notebook or a folder of submissions)")
     if not solutions_dir.is_dir():
-        raise CourseError(f"--solutions {str(solutions_dir)!r} is not a folder "
-                          "(allowed: the folder of solution notebooks)")
+        raise CourseError(f"--solutions {str(solutions_dir)!r} is not a folder (allowed: the folder of solution "
+                          "notebooks, solutions/ of a minirl checkout; the installed package does not carry them)")
     if not timeout > 0:
         raise CourseError(f"--timeout {timeout!r} is not allowed: use a number of seconds > 0")
     notebooks = find_notebooks(path)

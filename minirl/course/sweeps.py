@@ -2,6 +2,7 @@
 
     python -m minirl.course.sweeps lr --out minirl/assets/sweeps/lr_sweep.json     # exercise 7
     python -m minirl.course.sweeps lessons --study studies/claims-compact  # lessons 05-07 (compact-study runs)
+    python -m minirl.course.sweeps length --out minirl/assets/sweeps/lesson04_length.json   # lesson 04
 
 The learning-rate sweep trains every algorithm's preset from the shipped policy at each learning rate
 (seed 0, one run at a time, in this process) and writes one small JSON file. Per run it stores the config,
@@ -29,7 +30,8 @@ from ..runs import Run, code_version
 
 LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 METRICS = ("reward_mean", "entropy", "completion_len_mean", "frac_reward_zero_std",
-           "eval/accuracy_sampled", "eval/accuracy_greedy", "samples", "kl_ref", "clip_frac_low", "clip_frac_high")
+           "eval/accuracy_sampled", "eval/accuracy_greedy", "samples", "kl_ref", "clip_frac_low", "clip_frac_high",
+           "completion_len_correct", "completion_len_incorrect", "truncation_rate", "reward/attempts", "accuracy")
 
 
 def _number(value) -> float | None:
@@ -169,6 +171,60 @@ def lesson_sweep(name: str, study_dir: Path, out_dir: Path = LESSON_DIR, seed: i
     return record
 
 
+# Lesson 04: does GRPO's per-sequence mean let wrong answers grow (Dr. GRPO, arXiv 2503.20783, section 3)? GRPO on
+# the worked-steps task with its three aggregations and nothing else changed: per-sequence token mean (GRPO),
+# a constant normaliser (Dr. GRPO's), the token mean (DAPO's); seeds 0-2, the task's compare budget, GRPO's tuned lr.
+LENGTH_AGGREGATIONS = {"seq-mean-token-mean": "GRPO", "seq-mean-token-sum-norm": "Dr. GRPO", "token-mean": "DAPO"}
+LENGTH_FILE = "lesson04_length.json"
+
+
+def length_configs(seeds=(0, 1, 2), **overrides) -> list[tuple[str, RLConfig]]:
+    """(label, config) of every run of the lesson 04 length experiment: GRPO without KL, one aggregation each."""
+    from ..tasks import get_task, task_budget
+
+    entry = get_task("worked")
+    budget = dict(steps=entry.compare_steps, eval_every=entry.compare_eval_every, eval_n=300,
+                  **task_budget(entry.make()))
+    return [(f"{name} seed {seed}", RLConfig.preset("grpo", task="worked", kl_coef=0.0, loss_agg=agg, seed=seed,
+                                                    **{**budget, **overrides}))
+            for seed in seeds for agg, name in LENGTH_AGGREGATIONS.items()]
+
+
+def _train_worked(config: RLConfig) -> dict:
+    """One run from the shipped worked-steps policy (in a worker process with one torch thread)."""
+    from .. import load_policy
+    from ..tasks import get_task
+    from ..trainer import train
+
+    torch.set_num_threads(1)
+    entry = get_task("worked")
+    t0 = time.perf_counter()
+    run = train(load_policy(entry.policy, device="cpu"), entry.make(), config, progress=False)
+    return {"status": run.status, "seconds": round(time.perf_counter() - t0, 1), "metrics": columns(run.history)}
+
+
+def length_sweep(out: Path = LESSON_DIR / LENGTH_FILE, seeds=(0, 1, 2), jobs: int = 2, **overrides) -> dict:
+    """Train the lesson 04 length experiment, `jobs` runs at a time (fresh worker processes, one thread each)."""
+    import concurrent.futures
+    import multiprocessing
+
+    runs = length_configs(seeds, **overrides)
+    t0 = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(_train_worked, [config for _, config in runs]))
+    record = {"what": "GRPO on the worked-steps task with each loss aggregation, seeds " + ", ".join(map(str, seeds)),
+              "command": "python -m minirl.course.sweeps " + " ".join(sys.argv[1:]), "code_version": code_version(),
+              "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "seconds": round(time.perf_counter() - t0), "torch": torch.__version__,
+              "runs": [{"label": label, "algo": config.algo, "lr": config.lr, "error": None, "config": config.to_dict(),
+                        **result} for (label, config), result in zip(runs, results)]}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n", encoding="utf-8")
+    print(f"wrote {out} ({len(runs)} runs, {record['seconds']} s)")
+    return record
+
+
 def load_lesson_sweep(name: str) -> list[Run]:
     """The precomputed runs a lesson panel starts with: "lr" (05), "group" (06) or "clip" (07)."""
     if name not in LESSON_SWEEPS:
@@ -193,7 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--only", default=",".join(LESSON_SWEEPS), help="comma-separated: " + ", ".join(LESSON_SWEEPS))
     q.add_argument("--out", type=Path, default=LESSON_DIR, help="folder for the lesson JSON files")
     q.add_argument("--threads", type=int, default=None)
+    w = sub.add_parser("length", help="lesson 04: GRPO's three loss aggregations on the worked-steps task")
+    w.add_argument("--out", type=Path, default=LESSON_DIR / LENGTH_FILE, help="the JSON file to write")
+    w.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
+    w.add_argument("--jobs", type=int, default=2, help="runs at a time, one torch thread each")
     args = parser.parse_args(argv)
+    if args.sweep == "length":
+        length_sweep(args.out, tuple(range(args.seeds)), args.jobs)
+        return 0
     if args.sweep == "lessons":
         for name in args.only.split(","):
             if name not in LESSON_SWEEPS:

@@ -21,13 +21,29 @@ from collections.abc import Callable, Iterable, Sequence
 import ipywidgets as W
 from matplotlib.figure import Figure
 
-from ..config import PRESETS, ConfigError, RLConfig
+from ..config import PRESETS, TUNED_LR, ConfigError, RLConfig
 from ..plots import LIVE_METRICS, completions_table, plot_runs, runs_table
 from ..runs import Run, RunCache, run_key
 from ..policy import load_policy
 from ..tasks import get_task, task_budget, task_identity
 from ..trainer import train
 REDRAW_SECONDS = 0.5  # at most ~2 redraws per second while a run trains
+TOOLTIPS = {  # what each control does, shown on hover
+    "algo": "the preset: its advantage, loss, clipping and KL (RLConfig.preset); switching resets the sliders",
+    "lr": "AdamW learning rate; every algorithm starts at its own tuned value (config.TUNED_LR)",
+    "batch_size": "B: prompts per step (PPO: distinct prompts, one completion each)",
+    "group_size": "G: completions per prompt, compared with each other (PPO: 1)",
+    "clip_low": "epsilon_low: the ratio is clipped below at 1 - clip_low (acts only from a rollout's 2nd update)",
+    "clip_high": "epsilon_high: clipped above at 1 + clip_high; DAPO's clip-higher raises it to 0.28",
+    "kl_on": "add a KL penalty to a frozen copy of the starting policy",
+    "kl_coef": "beta: weight of the KL penalty",
+    "entropy_on": "add an entropy bonus: subtract coef x (policy entropy) from the loss, to keep sampling diverse",
+    "entropy_coef": "weight of the entropy bonus",
+    "steps": "RL steps of the run (each: sample, score, update)",
+    "seed": "seeds the prompts and samples of every step; the same seed gives the same run",
+    "run_button": "train this config (a config already on the plot or in the cache is answered at once)",
+    "stop_button": "stop after the current step; the run keeps its rows",
+}
 
 
 def same_config(a: RLConfig, b: RLConfig) -> bool:
@@ -50,6 +66,7 @@ class ExperimentPanel:
         # a registry name brings its task and shipped policy; a task object trains load_policy()'s unless told
         entry = get_task(task) if isinstance(task, str) else None
         task = entry.make() if entry else task
+        self.tuned_on = entry.name if entry and entry.name in TUNED_LR else "compact"  # whose tuned learning rates
         self.task, self.cache, self.background = task, cache, background
         self.policy_factory = policy_factory or (lambda: load_policy(entry and entry.policy, device="cpu"))
         # the task's token budget unless base_config says otherwise (the presets' 16 on compact Countdown)
@@ -74,7 +91,7 @@ class ExperimentPanel:
         self.lr = W.FloatLogSlider(value=3e-5, base=10, min=-6, max=-2, step=0.1, description="lr",
                                    readout_format=".1e", **kw)
         self.batch_size = W.IntSlider(value=8, min=1, max=64, description="batch (B)", **kw)
-        self.group_size = W.IntSlider(value=8, min=2, max=16, description="group (G)", **kw)
+        self.group_size = W.IntSlider(value=8, min=1, max=16, description="group (G)", **kw)
         self.clip_low = W.FloatSlider(value=0.2, min=0.05, max=0.5, step=0.01, description="clip low", **kw)
         self.clip_high = W.FloatSlider(value=0.2, min=0.05, max=0.5, step=0.01, description="clip high", **kw)
         self.kl_on = W.Checkbox(value=False, description="KL to reference", indent=False)
@@ -93,7 +110,11 @@ class ExperimentPanel:
         self.output = W.Output()
         self.fig = Figure(figsize=(4.3 * min(3, len(self.metrics)), 3.2 * -(-len(self.metrics) // 3)))
 
-        self._set_from_preset()
+        for name, text in TOOLTIPS.items():
+            getattr(self, name).tooltip = text
+        self.kl_on.observe(lambda change: setattr(self.kl_coef, "disabled", not change["new"]), names="value")
+        self.entropy_on.observe(lambda change: setattr(self.entropy_coef, "disabled", not change["new"]), names="value")
+        self._set_from_preset(keep_base_lr=True)
         self.algo.observe(lambda change: self._set_from_preset(), names="value")
         for w in self.knobs:
             w.observe(lambda change: self._show_config(), names="value")
@@ -114,16 +135,19 @@ class ExperimentPanel:
         return [self.lr, self.batch_size, self.group_size, self.clip_low, self.clip_high, self.kl_on, self.kl_coef,
                 self.entropy_on, self.entropy_coef, self.steps, self.seed]
 
-    def _set_from_preset(self) -> None:
-        """Move the sliders to the chosen algorithm's preset (with base_config on top)."""
+    def _set_from_preset(self, keep_base_lr: bool = False) -> None:
+        """Move the sliders to the chosen algorithm's preset (with base_config on top); a switch of algorithm starts
+        at that algorithm's tuned learning rate, not base_config's."""
         algo = self.algo.value
+        base = {k: v for k, v in self.base_config.items() if keep_base_lr or k != "lr"}
         try:
-            c = RLConfig.preset(algo, **self.base_config)
+            c = RLConfig.preset(algo, task=self.tuned_on, **base)
         except ConfigError:
-            c = RLConfig.preset(algo)
+            c = RLConfig.preset(algo, task=self.tuned_on)
         self.lr.value, self.batch_size.value, self.steps.value, self.seed.value = c.lr, c.batch_size, c.steps, c.seed
-        self.group_size.value = max(2, c.group_size)
-        self.group_size.disabled = c.advantage == "gae"  # PPO samples one completion per prompt
+        ppo = c.advantage == "gae"  # PPO samples one completion per prompt: G is 1 and not a knob
+        self.group_size.min = 1 if ppo else 2
+        self.group_size.value, self.group_size.disabled = c.group_size, ppo
         self.clip_low.value, self.clip_high.value = c.clip_low, c.clip_high
         self.kl_on.value = c.kl_coef > 0
         if c.kl_coef > 0:
@@ -131,6 +155,7 @@ class ExperimentPanel:
         self.entropy_on.value = c.entropy_coef > 0
         if c.entropy_coef > 0:
             self.entropy_coef.value = c.entropy_coef
+        self.kl_coef.disabled, self.entropy_coef.disabled = not self.kl_on.value, not self.entropy_on.value
 
     def slider_values(self) -> dict:
         values = dict(lr=float(self.lr.value), batch_size=int(self.batch_size.value),
@@ -145,14 +170,26 @@ class ExperimentPanel:
     def config(self) -> RLConfig | None:
         """The RLConfig of the current widget values, or None (the ConfigError message is shown in `status`)."""
         try:
-            return RLConfig.preset(self.algo.value, **{**self.base_config, **self.slider_values()})
+            return RLConfig.preset(self.algo.value, task=self.tuned_on, **{**self.base_config, **self.slider_values()})
         except ConfigError as err:
             self._say(f"invalid config: {err}", error=True)
             return None
 
     def _show_config(self) -> None:
-        if not self.busy and self.config() is not None:
-            self._say("ready: click Run to train this config")
+        config = None if self.busy else self.config()
+        if config is not None:
+            estimate = self.expected_seconds(config)
+            self._say("ready: click Run to train this config" + (f" (about {estimate:.0f} s, from the last "
+                      f"{config.algo} run shown)" if estimate is not None else ""))
+
+    def expected_seconds(self, config: RLConfig) -> float | None:
+        """How long `config` should take, scaled from the last shown run of the same algorithm by completions
+        sampled (the work grows with steps x B x G); None if no such run recorded its seconds."""
+        for run in reversed(self.runs):
+            done = run.history[-1].get("samples") if run.history else None
+            if run.config.algo == config.algo and run.meta.get("seconds") and done:
+                return run.meta["seconds"] * config.steps * config.samples_per_step / done
+        return None
 
     def _say(self, text: str, error: bool = False) -> None:
         color = "#b00" if error else "#333"

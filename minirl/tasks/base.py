@@ -4,9 +4,11 @@ A task hands out `Problem`s (a prompt plus whatever is needed to check an
 answer) and turns a completion into a `Score`. Everything else in minirl
 (policies, samplers, PPO/GRPO/DAPO) only talks to tasks through this file.
 
-Train and test problems are separated by a stable hash of each problem's
-`key` (see `in_test_split`), so the two splits can never overlap, whatever
-seed is used to draw them.
+Train, validation and test problems are separated by a stable hash of each
+problem's `key` (see `split_of`), so the splits can never overlap, whatever
+seed is used to draw them. "val" is a slice of the train problems that
+training never draws: learning rates and other knobs are tuned on it, so the
+held-out "test" split is used only for the final comparison.
 
 To bring your own task in a few lines, use `FunctionTask`.
 """
@@ -21,7 +23,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -97,31 +99,44 @@ def _value_identity(value: Any) -> Any:
     return repr(value)
 
 
+def split_of(key: str, test_fraction: float, val_fraction: float = 0.0) -> str:
+    """The split of the problem with this key: sha256 (not Python's `hash()`, which changes between runs) maps the
+    key to a number in [0, 1); the lowest `test_fraction` of keys are "test", the next `val_fraction` "val", the
+    rest "train". A task's val split is therefore cut out of what would be its train split; its test split does not
+    depend on val_fraction."""
+    u = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+    if u < test_fraction * 2**64:
+        return "test"
+    return "val" if u < (test_fraction + val_fraction) * 2**64 else "train"
+
+
 def in_test_split(key: str, test_fraction: float) -> bool:
-    """True if the problem with this key belongs to the test split.
-
-    Uses sha256 (not Python's `hash()`, which changes between runs) and maps
-    the key to a number in [0, 1); the lowest `test_fraction` of keys are test.
-    """
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < test_fraction * 2**64
+    """True if the problem with this key belongs to the test split (`split_of`)."""
+    return split_of(key, test_fraction) == "test"
 
 
-def check_split_request(where: str, split: str, n: int) -> None:
+def check_split_request(where: str, split: str, n: int, val_fraction: float = 0.0) -> None:
     """Validate the arguments of `Task.problems` with one clear error each."""
     if split not in SPLITS:
-        raise ValueError(f"{where}.problems split={split!r} is not allowed: use 'train' or 'test'")
+        raise ValueError(f"{where}.problems split={split!r} is not allowed: use 'train', 'val' or 'test'")
+    if split == "val" and not val_fraction:
+        raise ValueError(f"{where}.problems split='val' is not allowed: this task has no validation split "
+                         "(val_fraction=0); give it one, e.g. val_fraction=0.1")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"{where}.problems n={n!r} is not allowed: use an integer >= 0")
 
 
-def check_test_fraction(where: str, test_fraction: float) -> None:
-    """test_fraction must be a number strictly between 0 and 1."""
+def check_test_fraction(where: str, test_fraction: float, val_fraction: float = 0.0) -> None:
+    """test_fraction in (0, 1); val_fraction >= 0 and leaving some problems to train on."""
     ok = isinstance(test_fraction, (int, float)) and not isinstance(test_fraction, bool)
     if not ok or not 0.0 < test_fraction < 1.0:
         raise ValueError(
             f"{where}.test_fraction={test_fraction!r} is not allowed: use a number strictly between 0 and 1"
         )
+    ok = isinstance(val_fraction, (int, float)) and not isinstance(val_fraction, bool)
+    if not ok or not 0.0 <= val_fraction < 1.0 - test_fraction:
+        raise ValueError(f"{where}.val_fraction={val_fraction!r} is not allowed: use a number >= 0 and below "
+                         f"1 - test_fraction = {1 - test_fraction:g}, so that some problems are left to train on")
 
 
 def sample_split(
@@ -132,30 +147,31 @@ def sample_split(
     test_fraction: float,
     max_tries: int,
     where: str,
+    val_fraction: float = 0.0,
 ) -> list[Problem]:
-    """Draw problems until n of them fall in `split` (rejection sampling on the key hash).
+    """Draw problems until n of them fall in `split` (rejection sampling on the key hash, `split_of`).
 
     The train split may repeat problems (like sampling a big dataset with
-    replacement); the test split returns distinct keys so evaluation never
-    counts a problem twice. We give up after `max_tries` draws in a row that
-    add nothing, which is how a too-small test split is detected.
+    replacement); the val and test splits return distinct keys so evaluation
+    never counts a problem twice. We give up after `max_tries` draws in a row
+    that add nothing, which is how a too-small evaluation split is detected.
     """
-    check_split_request(where, split, n)
-    want_test = split == "test"
+    check_split_request(where, split, n, val_fraction)
+    distinct = split != "train"
     out: list[Problem] = []
     seen: set[str] = set()
     misses = 0
     while len(out) < n:
         problem = draw(rng)
-        usable = in_test_split(problem.key, test_fraction) == want_test
-        if usable and not (want_test and problem.key in seen):
+        usable = split_of(problem.key, test_fraction, val_fraction) == split
+        if usable and not (distinct and problem.key in seen):
             out.append(problem)
             seen.add(problem.key)
             misses = 0
             continue
         misses += 1
         if misses >= max_tries:
-            kind = "distinct problems" if want_test else "problems"
+            kind = "distinct problems" if distinct else "problems"
             raise ValueError(
                 f"{where}.problems(split={split!r}, n={n}) found only {len(out)} {kind}: "
                 f"{max_tries} draws in a row added nothing new. Ask for fewer, or make the "
@@ -221,6 +237,7 @@ class FunctionTask:
     make_problem: Callable[[random.Random], tuple[str, Any, str | None]]  # rng -> (prompt, answer, solution)
     reward: Callable[[Any, str], float | dict[str, float] | Score]  # (answer, completion) -> reward
     test_fraction: float = 0.1  # share of distinct prompts reserved for the test split
+    val_fraction: float = 0.0  # share kept out of training as a validation split for tuning (0: none)
     max_tries: int = 10_000  # give up after this many draws in a row that add nothing new
 
     def __post_init__(self) -> None:
@@ -229,7 +246,7 @@ class FunctionTask:
         for field in ("make_problem", "reward"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"FunctionTask.{field}={getattr(self, field)!r} is not allowed: use a function")
-        check_test_fraction("FunctionTask", self.test_fraction)
+        check_test_fraction("FunctionTask", self.test_fraction, self.val_fraction)
         if isinstance(self.max_tries, bool) or not isinstance(self.max_tries, int) or self.max_tries < 1:
             raise ValueError(f"FunctionTask.max_tries={self.max_tries!r} is not allowed: use an integer >= 1")
 
@@ -252,7 +269,8 @@ class FunctionTask:
         """n problems from "train" (may repeat) or "test" (distinct); deterministic in (split, n, seed)."""
         # A string seed is hashed with sha512 by `random`, so this is stable across runs.
         rng = random.Random(f"{self.name}|{split}|{seed}")
-        return sample_split(self._draw, split, n, rng, self.test_fraction, self.max_tries, "FunctionTask")
+        return sample_split(self._draw, split, n, rng, self.test_fraction, self.max_tries, "FunctionTask",
+                            self.val_fraction)
 
     def score(self, problem: Problem, completion: str) -> Score:
         """Call the user's reward function and normalise its result to a Score."""

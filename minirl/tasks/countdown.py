@@ -201,6 +201,7 @@ class Countdown:
     prompt_style: str = "compact"  # "compact" ("3,5,7:026=") for tiny models, "chat" for instruct models
     reward_scheme: str = "binary"  # "binary" 0/1, "tinyzero" 0/0.1/1, "dapo" -1/+1
     test_fraction: float = 0.2  # share of problem keys (sorted numbers|target) held out (~395 for the defaults)
+    val_fraction: float = 0.1  # share of problem keys kept out of training for tuning (the "val" split)
     name: str = "countdown"  # identifier used in logs
 
     def __post_init__(self) -> None:
@@ -215,7 +216,7 @@ class Countdown:
             raise ValueError(
                 f"Countdown.reward_scheme={self.reward_scheme!r} is not allowed: use 'binary', 'tinyzero' or 'dapo'"
             )
-        check_test_fraction("Countdown", self.test_fraction)
+        check_test_fraction("Countdown", self.test_fraction, self.val_fraction)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Countdown.name={self.name!r} is not allowed: use a non-empty string")
 
@@ -227,10 +228,11 @@ class Countdown:
         return 16 if self.prompt_style == "compact" else 256
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
-        """n problems from "train" (may repeat) or "test" (distinct keys); deterministic in (split, n, seed)."""
+        """n problems from "train" (may repeat), "val" or "test" (distinct keys); deterministic in (split, n, seed)."""
         rng = random.Random(f"countdown|{split}|{seed}")  # str seeds are hashed with sha512: stable
-        # 20k draws in a row with nothing new means the test split has run dry.
-        return sample_split(self._draw, split, n, rng, self.test_fraction, 20_000, "Countdown")
+        # 20k draws in a row with nothing new means the val or test split has run dry.
+        return sample_split(self._draw, split, n, rng, self.test_fraction, 20_000, "Countdown",
+                            self.val_fraction)
 
     def _draw(self, rng: random.Random) -> Problem:
         """One random problem, in either split; the caller filters by key."""

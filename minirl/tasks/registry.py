@@ -37,6 +37,8 @@ class TaskEntry:
     compare_eval_every: int  # held-out evaluation every this many steps in that compare
     options: tuple[str, ...] = ()  # the keywords of `make` the command line may set (--num-count -> num_count)
     aliases: tuple[str, ...] = field(default=())  # earlier names, still accepted with a warning
+    heldout_n: int | None = None  # problems in its held-out split (default options): compare's final evaluation
+    #                               takes them all; None: 300 of them
 
     @property
     def budget(self) -> dict[str, int]:
@@ -78,11 +80,11 @@ def get_task(name: str) -> TaskEntry:
 
 register_task(TaskEntry(
     "compact", "Countdown, answered with one expression (3*7+5)", Countdown, policy="tiny-countdown",
-    title="3-number Countdown (tiny policy, CPU)", compare_steps=600, compare_eval_every=100,
+    title="3-number Countdown (tiny policy, CPU)", compare_steps=300, compare_eval_every=50, heldout_n=396,
     options=("num_count", "operators", "reward_scheme", "prompt_style", "number_range")))
 register_task(TaskEntry(
     "worked", "Countdown with worked steps and restarts (3*7=21,21+5=26), tasks/worked.py", WorkedCountdown,
     policy="tiny-worked", title="3-number Countdown with worked steps (tiny-worked policy, CPU)",
-    # fewer steps than the compact task: its answers are four times as long (64 tokens against 16)
-    compare_steps=120, compare_eval_every=20,
+    # fewer steps than the compact task: its answers are several times as long
+    compare_steps=100, compare_eval_every=25, heldout_n=1158,
     options=("num_count", "operators", "reward_scheme", "number_range"), aliases=("steps",)))

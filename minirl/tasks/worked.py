@@ -143,7 +143,10 @@ class WorkedCountdown:
     reward_scheme: str = "binary"  # "binary" 0/1, "tinyzero" 0/0.1/1, "dapo" -1/+1, "per_step" (hackable!)
     step_credit: float = 0.1  # per_step only: reward per right step in any attempt, on top of 1 for correct
     retry_rate: float = 0.0  # share of reference solutions (SFT data) that first miss, restart with '|', then solve
+    giveup_rate: float = 0.0  # share of the other reference traces that miss once or twice and then stop, unsolved:
+    #                           a policy so trained also ends answers it cannot finish instead of retrying forever
     test_fraction: float = 0.25  # share of problem keys (sorted numbers|target) held out: 1 158 for the defaults
+    val_fraction: float = 0.1  # share of problem keys kept out of training for tuning (the "val" split)
     name: str = "countdown-worked"  # identifier used in logs
 
     def __post_init__(self) -> None:
@@ -155,29 +158,40 @@ class WorkedCountdown:
         if self.reward_scheme not in REWARD_SCHEMES:
             raise ValueError(f"WorkedCountdown.reward_scheme={self.reward_scheme!r} is not allowed: use one of "
                              f"{', '.join(map(repr, REWARD_SCHEMES))}")
-        for field, value in (("step_credit", self.step_credit), ("retry_rate", self.retry_rate)):
+        for field, value in (("step_credit", self.step_credit), ("retry_rate", self.retry_rate),
+                             ("giveup_rate", self.giveup_rate)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"WorkedCountdown.{field}={value!r} is not allowed: use a number from 0 to 1")
-        check_test_fraction("WorkedCountdown", self.test_fraction)
+        check_test_fraction("WorkedCountdown", self.test_fraction, self.val_fraction)
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"WorkedCountdown.name={self.name!r} is not allowed: use a non-empty string")
 
     # -- problems
 
+    # The token budget, chosen from the shipped tiny-worked policy's answer lengths, printed by
+    # `python -m minirl evaluate --task worked --split val --n 400 --k 4 --max-new-tokens 112`: see its card.
     @property
     def max_new_tokens(self) -> int:
-        """The token budget: 64, room for about four 3-number attempts (a solved one takes 12-16 tokens)."""
-        return 64
+        """L_max = 80: room for about six 3-number attempts (a solved one takes 12-16 tokens), so RL can make the
+        policy retry more; nothing the base policy writes is cut (its longest answers stay under 64 tokens)."""
+        return 80
+
+    @property
+    def overlong_cache(self) -> int:
+        """L_cache = 32: DAPO's soft overlong ramp covers tokens 49-80, beyond 99 % of the base policy's answers, so
+        it shapes answers that RL makes longer, not the ones the policy starts from."""
+        return 32
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
-        """n problems from "train" (may repeat) or "test" (distinct keys); deterministic in (split, n, seed)."""
+        """n problems from "train" (may repeat), "val" or "test" (distinct keys); deterministic in (split, n, seed)."""
         # the seed string keeps the task's first name, so every problem draw is the one earlier runs saw
         rng = random.Random(f"countdown-steps|{self.num_count}|{split}|{seed}")  # str seeds: sha512, stable
         # Asking for the whole test split is a coupon collector over unequal odds: with the defaults the rarest
         # held-out problems come up once in ~15 000 draws (p = 6.6e-5), and for some seeds the last new one takes
         # more than 20 000 draws in a row (tests/test_worked_task.py draws the whole split for two of them).
         # 200 000 misses in a row has odds of about e^-13 per rare problem.
-        return sample_split(self._draw, split, n, rng, self.test_fraction, MAX_MISSES, "WorkedCountdown")
+        return sample_split(self._draw, split, n, rng, self.test_fraction, MAX_MISSES, "WorkedCountdown",
+                            self.val_fraction)
 
     def _random_chain(self, rng: random.Random, numbers: list[int]) -> list[tuple[int, str, int, int]] | None:
         """Combine two random numbers of the pool until one is left, every result a non-negative integer
@@ -213,6 +227,10 @@ class WorkedCountdown:
                 miss = self._random_chain(rng, numbers)  # another chain over the same numbers...
                 if miss is not None and miss[-1][3] != target:  # ...that missed: a restart, then the solution
                     solution = render_steps(miss) + RESTART + solution
+            elif self.giveup_rate and rng.random() < self.giveup_rate:  # one or two misses, then the end
+                misses = [self._random_chain(rng, numbers) for _ in range(1 + (rng.random() < 0.5))]
+                if all(m is not None and m[-1][3] != target for m in misses):
+                    solution = RESTART.join(render_steps(m) for m in misses)
             width = len(str(thi))
             return Problem(
                 prompt=",".join(map(str, numbers)) + f":{target:0{width}d}=",
