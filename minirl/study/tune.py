@@ -224,7 +224,7 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
         seconds = wall_clock(records, out, {t: load_policy(get_task(t).policy, device="cpu").identity()
                                             for t in tasks}, smoke)
     record = {"what": "learning-rate sweep of the presets from each task's shipped policy, scored on the val split",
-              "command": "python -m minirl tune " + " ".join(sys.argv[2:]), "code_version": code_version(),
+              "command": "python -m minirl tune " + " ".join(a for a in sys.argv[2:] if a != "--report-only"), "code_version": code_version(),
               "run_code_versions": sorted({r.get("code_version") or "?" for r in records}),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores", "grid": list(GRID), "seeds": list(SEEDS),
               "eval": {"split": "val", "n": EVAL_N, "k": EVAL_K}, "train_seconds": round(total),
