@@ -18,6 +18,8 @@ def test_claims_are_registered_paired_and_share_runs():
     worked = SCALES["worked"]
     # the whole held-out split, k >= 4 samples per problem; seeds 10.. so no run repeats a pilot run (0, 1)
     assert worked.eval_n == 1158 and worked.eval_k >= 4 and list(worked.seeds(5)) == [10, 11, 12, 13, 14]
+    # it keeps the policy and the budget it was registered with, whatever the task ships later
+    assert worked.model == "tiny-steps" and worked.budget() == {"max_new_tokens": 64, "overlong_cache": 16}
     assert len(Point("grpo", "grpo").task(worked).problems("test", worked.eval_n)) == 1158
     # PPO gets the group methods' completions per step as distinct prompts; H5's reward is the hackable one
     ppo = Point("ppo", "ppo").config(worked, 10)
@@ -212,8 +214,8 @@ def test_pilot_on_the_worked_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch)
     pair = result["pairs"]["ppo - grpo | heldout/sampled"]
     ppo, grpo = ([r["final"]["heldout/sampled"] for r in result["runs"][a]] for a in ("ppo", "grpo"))
     assert pair["per_seed"] == pytest.approx([p - g for p, g in zip(ppo, grpo)])
-    # the worked scale trains the worked-steps policy on its own task
+    # the worked scale trains the worked-steps policy it was registered with on its own task
     record = json.loads(next((out / "runs").glob(f"*/{STUDY_FILE}")).read_text())
     assert record["scale"] == "worked-smoke"
     meta = json.loads(next((out / "runs").glob("*/meta.json")).read_text())
-    assert meta["policy"] == "minirl/tiny-worked" and "countdown-worked" in meta["task"]
+    assert meta["policy"] == "minirl/tiny-steps" and "countdown-worked" in meta["task"]

@@ -68,10 +68,12 @@ SCALES = {
     # The compact task and the tiny policy: 80 steps x 64 completions (the older study, studies/claims-compact;
     # `--task compact`).
     "cpu": Scale("cpu"),
-    # The worked-steps task and its shipped policy (the default study): its 64-token budget; at the end of a run the
-    # whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds from 10, so
-    # that no run of the registered study repeats a pilot run (seeds 0, 1).
-    "worked": Scale("worked", task="worked", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500, seed0=10),
+    # The worked-steps task (the default study) with the policy and budget it was registered with: the first
+    # worked-steps policy, tiny-steps, and 64 tokens (L_cache 16), not the task's later tiny-worked at 80; at the end
+    # of a run the whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds
+    # from 10, so that no run of the registered study repeats a pilot run (seeds 0, 1).
+    "worked": Scale("worked", model="tiny-steps", task="worked", steps=100, eval_every=50, eval_n=1158, eval_k=4,
+                    shift_n=500, seed0=10, max_new_tokens=64),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,

@@ -11,11 +11,12 @@ uses. A preset's chosen learning rate is the grid point with the best mean final
 seeds. A run counts as collapsed when it diverged or gave up (dynamic sampling) or ended below the base policy's
 validation accuracy. config.TUNED_LR holds the chosen values; a test keeps it equal to this sweep's results.
 
-Runs go to <out>/runs/<task>-<algo>-<lr>-s<seed>-<hash> (`folder`), each trained in a child process (`python -m minirl train`), JOBS at a time with
-one torch thread each: on 2 cores two one-thread runs side by side finish sooner than the same two runs one after
-another with two threads each (BENCHMARKS.md section 3). A run folder with a tune.json is done, so a killed sweep
-continues where it stopped. The numbers go to RESULTS (shipped: lesson 05 draws them), the report to <out>/SWEEP.md
-and <out>/lr_sweep.png.
+Runs go to <out>/runs/<task>-<algo>-<lr>-s<seed>-<hash> (`folder`), each trained in a child process (`python -m
+minirl train`), JOBS at a time with one torch thread each: on 2 cores two one-thread runs side by side finish sooner
+than the same two runs one after another with two threads each (BENCHMARKS.md section 3). A run folder with a
+tune.json is done, so a killed sweep continues where it stopped; git keeps each run's tune.json and meta.json
+(.gitignore), so it also continues in another checkout, and `--report-only` rebuilds the report from them. The
+numbers go to RESULTS (shipped: lesson 05 draws them), the report to <out>/SWEEP.md and <out>/lr_sweep.png.
 """
 
 from __future__ import annotations
