@@ -94,6 +94,8 @@ def rollout_metrics(t: dict[str, float]) -> dict[str, float]:
         count = t[f"{name}_count"]
         row[name] = t[key] / count if count else math.nan
     row["accuracy"] = row.get("reward/correct", math.nan)
+    if t.get("reward/first_missed_sum"):  # worked steps: of the answers whose first attempt missed, the share that
+        row["retry_rate_after_miss"] = t["reward/retried_sum"] / t["reward/first_missed_sum"]  # tried again
     return row
 
 

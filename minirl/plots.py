@@ -27,7 +27,8 @@ LIVE_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "kl_ref", "cl
 # can change: the lengths of right and of wrong answers apart, the share cut at the budget (a runaway answer shows
 # there, not in a mean length) and attempts per answer take the places of KL and clipping
 WORKED_METRICS = ("reward_mean", "eval/accuracy_sampled", "entropy", "completion_len_correct",
-                  "completion_len_incorrect", "truncation_rate", "reward/attempts", "reward/arithmetic_ok")
+                  "completion_len_incorrect", "truncation_rate", "reward/attempts", "retry_rate_after_miss",
+                  "reward/arithmetic_ok")
 
 NICE_NAMES = {
     "reward_mean": "mean reward",
@@ -48,6 +49,7 @@ NICE_NAMES = {
     "completion_len_max": "longest completion (tokens)",
     "completion_len_correct": "length of right answers (tokens)",
     "completion_len_incorrect": "length of wrong answers (tokens)",
+    "retry_rate_after_miss": "first attempt missed: share retried",
     "truncation_rate": "truncated completions",
     "entropy": "policy entropy (nats / token)",
     "kl_ref": "KL to reference",

@@ -52,3 +52,23 @@ def test_lengths_of_right_and_wrong_answers_apart_also_when_the_rows_are_split()
     assert added["completion_len_correct"] == 11.0 and added["completion_len_incorrect"] == 38.5
     none_right = metrics.rollout_metrics(row(slice(1, 3)))
     assert math.isnan(none_right["completion_len_correct"]) and none_right["completion_len_incorrect"] == 52.0
+
+
+def test_the_share_of_missed_first_attempts_that_were_retried_is_a_ratio_of_totals():
+    """worked steps: retry_rate_after_miss = answers retried after a missed first attempt / answers whose first
+    attempt missed, summed over every row (and process) first: not a mean of per-process ratios."""
+    first_missed = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    retried = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    parts, names = torch.stack([first_missed, retried], 1), ["first_missed", "retried"]
+
+    def totals(rows: slice) -> dict:
+        n = len(range(6)[rows])
+        return metrics.rollout_totals([first_missed[rows]], [parts[rows]], names, [torch.full((n,), 5)],
+                                      [torch.zeros(n, dtype=torch.bool)], torch.arange(6)[rows], kept_groups=n,
+                                      group_size=1)
+
+    assert metrics.rollout_metrics(totals(slice(0, 6)))["retry_rate_after_miss"] == pytest.approx(1 / 5)
+    halves = [totals(slice(0, 2)), totals(slice(2, 6))]  # 1 of 2 and 0 of 3: the batch's share is 1 of 5
+    assert metrics.rollout_metrics({k: halves[0][k] + halves[1][k] for k in halves[0]})["retry_rate_after_miss"] \
+        == pytest.approx(1 / 5)
+    assert "retry_rate_after_miss" not in metrics.rollout_metrics(totals(slice(2, 3)))  # no miss: nothing to share

@@ -57,6 +57,20 @@ def test_replay_hand_made_traces(trace: str, expected: tuple) -> None:
     assert fields(trace) == expected
 
 
+@pytest.mark.parametrize("trace, first_missed, retried", [
+    ("3*7=21,21+5=26", False, False),  # solved at once
+    ("3+5=8,8*7=56|3*7=21,21+5=26", True, True),  # a miss, then a retry that solves it
+    ("3+5=8,8*7=56|3+7=10,10*5=50", True, True),  # a miss and a retry that misses too
+    ("3+5=8,8*7=56", True, False),  # a miss, given up
+    ("3*7=21,21+5=26|3+5=8,8*7=56", False, False),  # solved first (then a wrong second attempt)
+    ("3*7=21", True, False),  # a first attempt that leaves a number unused is a miss
+    ("3*7+5", False, False),  # unreadable: no attempt to speak of
+])
+def test_a_retry_after_a_miss_is_counted(trace: str, first_missed: bool, retried: bool) -> None:
+    r = replay((3, 5, 7), 26, trace)
+    assert (r.first_missed, r.retried) == (first_missed, retried)
+
+
 def test_equal_operands_need_two_copies() -> None:
     assert fields("4*4=16,16+2=18", numbers=(4, 4, 2), target=18)[3]
     assert not fields("4*4=16,16+2=18", numbers=(4, 3, 2), target=18)[2]
@@ -226,7 +240,8 @@ def test_per_step_reward_is_hackable_by_design() -> None:
 def test_score_components() -> None:
     score = WorkedCountdown().score(PROBLEM, "3+5=8,8*7=56|3*7=21,21+5=26")
     assert score.components == {"format_ok": 1.0, "arithmetic_ok": 1.0, "numbers_ok": 1.0, "correct": 1.0,
-                                "attempts": 2.0, "steps": 4.0, "valid_steps": 4.0}
+                                "attempts": 2.0, "steps": 4.0, "valid_steps": 4.0, "first_missed": 1.0,
+                                "retried": 1.0}
     assert WorkedCountdown().score(PROBLEM, None).components["format_ok"] == 0.0  # not even a string
 
 

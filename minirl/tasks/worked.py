@@ -55,6 +55,9 @@ class Replay:
     attempts: int  # attempts written (restarts + 1); 0 when the trace is unreadable
     steps: int  # steps written, over all attempts
     valid_steps: int  # steps that are right and use numbers available in their attempt (per_step's currency)
+    first_missed: bool = False  # a readable trace whose first attempt is not a solution
+    retried: bool = False  # first_missed, and the policy tried again after it (attempts >= 2): the retry after a
+    #                        miss that RL may teach; retried / first_missed is the share of misses retried
 
 
 UNREADABLE = Replay(False, False, False, False, 0, 0, 0)
@@ -106,7 +109,7 @@ def replay(numbers: tuple[int, ...], target: int, completion: str, operators: st
     attempts = [[parse_step(s, operators) for s in attempt.split(SEPARATOR)] for attempt in text.split(RESTART)]
     if any(step is None for attempt in attempts for step in attempt):
         return UNREADABLE
-    arithmetic_ok, valid_steps, last = True, 0, None
+    arithmetic_ok, valid_steps, last, solved = True, 0, None, []
     for attempt in attempts:
         pool = Counter(numbers)  # every attempt starts again from the given numbers
         available = right = True
@@ -121,10 +124,12 @@ def replay(numbers: tuple[int, ...], target: int, completion: str, operators: st
             available, right = available and have, right and ok
         arithmetic_ok = arithmetic_ok and right
         last = (available, right, +pool, attempt[-1][3])
+        solved.append(available and right and sum(last[2].values()) == 1 and last[3] == target)
     available, right, pool, final = last
     numbers_ok = available and sum(pool.values()) == 1  # everything consumed; only the final result is left
     correct = numbers_ok and right and final == target
-    return Replay(True, arithmetic_ok, numbers_ok, correct, len(attempts), sum(map(len, attempts)), valid_steps)
+    return Replay(True, arithmetic_ok, numbers_ok, correct, len(attempts), sum(map(len, attempts)), valid_steps,
+                  first_missed=not solved[0], retried=not solved[0] and len(attempts) >= 2)
 
 
 def render_steps(steps: list[tuple[int, str, int, int]]) -> str:
