@@ -31,7 +31,8 @@ from ..runs import Run, code_version
 LRS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)
 METRICS = ("reward_mean", "entropy", "completion_len_mean", "frac_reward_zero_std",
            "eval/accuracy_sampled", "eval/accuracy_greedy", "samples", "kl_ref", "clip_frac_low", "clip_frac_high",
-           "completion_len_correct", "completion_len_incorrect", "truncation_rate", "reward/attempts", "accuracy")
+           "completion_len_correct", "completion_len_incorrect", "truncation_rate", "reward/attempts", "accuracy",
+           "retry_rate_after_miss")
 
 
 def _number(value) -> float | None:
