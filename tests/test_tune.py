@@ -56,6 +56,10 @@ def test_the_choice_is_the_best_mean_and_collapses_are_marked():
     assert entry["chosen_lr"] == 1e-4 and entry["chosen_mean"] == pytest.approx(0.33)
     assert entry["points"]["1e-03"]["collapsed"] == [True, True]  # diverged; ended below the base
     assert entry["points"]["1e-05"]["collapsed"] == [False, False]
+    # a run that stopped early scores 0, whatever its last evaluation (the base policy's) said
+    assert entry["points"]["1e-03"]["final"] == [0.0, 0.15]
+    stopped = [dict(runs[4], lr=3e-4, final=0.9), dict(runs[5], lr=3e-4, final=0.9, status="failed")]
+    assert tune.summarise(stopped)["compact"]["grpo"]["chosen_mean"] == 0.0
 
 
 @pytest.mark.slow

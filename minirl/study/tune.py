@@ -130,13 +130,20 @@ def collapsed(record: dict) -> bool:
     return record["status"] != "finished" or record["final"] < record["base"]
 
 
+def score(record: dict) -> float:
+    """A run's final validation accuracy; 0 for a run that stopped early (it diverged, or dynamic sampling gave up
+    because almost every group was all wrong): its last evaluation is the base policy's, which it no longer is."""
+    return record["final"] if record["status"] == "finished" else 0.0
+
+
 def summarise(records: list[dict]) -> dict:
-    """Per task and preset: every grid point's per-seed finals and collapses, and the chosen learning rate."""
+    """Per task and preset: every grid point's per-seed scores (`score`) and collapses, and the chosen learning
+    rate."""
     summary: dict = {}
     for r in records:
         point = summary.setdefault(r["task"], {}).setdefault(r["algo"], {"points": {}})["points"] \
             .setdefault(f"{r['lr']:.0e}", {"lr": r["lr"], "final": [], "greedy": [], "collapsed": [], "seeds": []})
-        point["final"].append(r["final"]), point["greedy"].append(r["final_greedy"])
+        point["final"].append(score(r)), point["greedy"].append(r["final_greedy"] if r["status"] == "finished" else 0.0)
         point["collapsed"].append(collapsed(r)), point["seeds"].append(r["seed"])
     for task, algos in summary.items():
         for algo, entry in algos.items():
@@ -239,7 +246,8 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
              f"({', '.join(map(str, SEEDS))}) from each task's shipped policy, with the task's `compare` budget, and "
              f"scored each run on the task's validation split ({EVAL_N} problems × {EVAL_K} samples; train problems "
              "that training never draws). The chosen learning rate, **bold**, has the best mean; ✗ marks a point "
-             "where most seeds collapsed (diverged, gave up, or ended below the base policy). `config.TUNED_LR` holds "
+             "where most seeds collapsed (diverged, gave up, or ended below the base policy); a run that stopped early "
+             "counts as 0. `config.TUNED_LR` holds "
              f"the chosen values. {len(records)} runs, {total / 60:.0f} minutes of training summed over runs"
              + ("" if seconds is None else f", {seconds / 60:.0f} minutes of wall clock from the first run's start to "
                 "the last one's end") + f" ({record['machine']}; "
