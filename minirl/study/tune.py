@@ -7,7 +7,9 @@
 Each (task, preset, learning rate, seed) is one run from the task's shipped policy with the task's `compare`
 budget (its steps and token budget), scored on the task's validation split: train problems that training never
 draws, so the held-out test split stays for the final comparisons. The seeds (SEEDS) are ones no final comparison
-uses. A preset's chosen learning rate is the grid point with the best mean final validation accuracy over the
+uses. The grid reaches from "collapses" down to "too slow" for every preset: where a preset is still best at the
+lowest point, the sweep adds the next one below (`extensions`). A preset's chosen learning rate is the point with
+the best mean final validation accuracy over the
 seeds. A run counts as collapsed when it diverged or gave up (dynamic sampling) or ended below the base policy's
 validation accuracy. config.TUNED_LR holds the chosen values; a test keeps it equal to this sweep's results.
 
@@ -40,7 +42,8 @@ from ..policy import load_policy
 from ..runs import Run, _write_atomic, code_version
 from ..tasks import get_task, task_budget, task_identity
 
-GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # a log grid from "barely moves" to "collapses" for every preset
+GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # a log grid up to "collapses" for every preset; `extensions` adds points
+#                                        below it for a preset that is still best at 1e-5
 SEEDS = (100, 101, 102)  # no final comparison uses these (compare: 0, the studies: 10 and up)
 ALGOS = {"compact": ("ppo", "grpo", "dapo", "dapo_nods", "dr_grpo", "rloo"),
          "worked": ("ppo", "grpo", "dapo", "dapo_nods")}
@@ -67,10 +70,47 @@ class Job:
 
 
 def plan(tasks: list[str], smoke: bool = False) -> list[Job]:
-    """Every job, seed by seed, so that an early stop still covers every point (smoke: 2 presets x 2 learning rates
-    x 2 seeds per task)."""
+    """Every job of the grid, seed by seed, so that an early stop still covers every point (smoke: 2 presets x 2
+    learning rates x 2 seeds per task). `all_jobs` adds the points below the grid that its results call for."""
     grid, seeds = (GRID[::4], SEEDS[:2]) if smoke else (GRID, SEEDS)
     return [Job(t, a, lr, s) for s in seeds for t in tasks for a in ALGOS[t][:2 if smoke else None] for lr in grid]
+
+
+def lower(lr: float) -> float:
+    """The next point below `lr` on the grid's 1-3-10 log scale: 1e-5 -> 3e-6 -> 1e-6."""
+    mantissa, exponent = f"{lr:.0e}".split("e")
+    return float(f"3e{int(exponent) - 1}") if mantissa == "1" else float(f"1e{int(exponent)}")
+
+
+def extensions(jobs: list[Job], records: list[dict]) -> list[Job]:
+    """The grid must reach "too slow" for every preset: when a preset's best mean is at its lowest learning rate
+    (and every seed of every one of its points has run), one point below it, with every seed. The top of the grid
+    needs no such rule: 1e-3 collapses every preset."""
+    done = {(r["task"], r["algo"], r["lr"], r["seed"]) for r in records}
+    new = []
+    for task, algo in dict.fromkeys((j.task, j.algo) for j in jobs):
+        own = [j for j in jobs if (j.task, j.algo) == (task, algo)]
+        if not all((j.task, j.algo, j.lr, j.seed) in done for j in own):
+            continue
+        best = summarise([r for r in records if (r["task"], r["algo"]) == (task, algo)])[task][algo]["chosen_lr"]
+        lowest = min(j.lr for j in own)
+        if best == lowest:
+            new += [Job(task, algo, lower(lowest), seed) for seed in dict.fromkeys(j.seed for j in own)]
+    return new
+
+
+def all_jobs(tasks: list[str], out: Path, smoke: bool = False) -> tuple[list[tuple[Job, Path]], list[dict]]:
+    """The sweep's jobs with their folders, the grid's extensions (`extensions`, not in smoke runs) included, and
+    the records of the finished ones."""
+    identities = {t: load_policy(get_task(t).policy, device="cpu").identity() for t in tasks}
+    jobs = plan(tasks, smoke)
+    while True:
+        paths = [(job, folder(job, out, identities[job.task], smoke)) for job in jobs]
+        records = [json.loads((p / DONE_FILE).read_text()) for _, p in paths if (p / DONE_FILE).is_file()]
+        new = [] if smoke else [j for j in extensions(jobs, records) if j not in jobs]
+        if not new:
+            return paths, records
+        jobs += new
 
 
 def folder(job: Job, root: Path, identity: str, smoke: bool = False) -> Path:
@@ -108,20 +148,22 @@ def train_job(job: Job, path: Path, smoke: bool) -> dict:
 
 
 def run_sweep(tasks: list[str], out: Path, jobs: int = 2, smoke: bool = False) -> float:
-    """Train every job without a tune.json, `jobs` at a time; return the seconds spent."""
-    identities = {t: load_policy(get_task(t).policy, device="cpu").identity() for t in tasks}
-    todo = [(job, folder(job, out, identities[job.task], smoke)) for job in plan(tasks, smoke)]
-    todo = [(job, path) for job, path in todo if not (path / DONE_FILE).is_file()]
-    print(f"tune: {len(todo)} runs to train ({len(plan(tasks, smoke))} in the sweep), {jobs} at a time", flush=True)
+    """Train every job without a tune.json, `jobs` at a time, then any extensions their results call for; return
+    the seconds spent."""
     t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(train_job, job, path, smoke): job for job, path in todo}
-        for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            r = future.result()
-            print(f"[{i}/{len(todo)} {time.perf_counter() - t0:6.0f} s] {r['task']:8s} {r['algo']:9s} lr {r['lr']:.0e} "
-                  f"seed {r['seed']}: val {r['base']:.3f} -> {r['final']:.3f} ({r['status']}, {r['seconds']:.0f} s)",
-                  flush=True)
-    return time.perf_counter() - t0
+    while True:
+        paths, _ = all_jobs(tasks, out, smoke)
+        todo = [(job, path) for job, path in paths if not (path / DONE_FILE).is_file()]
+        if not todo:
+            return time.perf_counter() - t0
+        print(f"tune: {len(todo)} runs to train ({len(paths)} in the sweep), {jobs} at a time", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            futures = {pool.submit(train_job, job, path, smoke): job for job, path in todo}
+            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                r = future.result()
+                print(f"[{i}/{len(todo)} {time.perf_counter() - t0:6.0f} s] {r['task']:8s} {r['algo']:9s} "
+                      f"lr {r['lr']:.0e} seed {r['seed']}: val {r['base']:.3f} -> {r['final']:.3f} ({r['status']}, "
+                      f"{r['seconds']:.0f} s)", flush=True)
 
 
 # ----------------------------------------------------------------------------- the results
@@ -157,13 +199,8 @@ def summarise(records: list[dict]) -> dict:
 
 
 def collect(tasks: list[str], out: Path, smoke: bool = False) -> list[dict]:
-    identities = {t: load_policy(get_task(t).policy, device="cpu").identity() for t in tasks}
-    records = []
-    for job in plan(tasks, smoke):
-        path = folder(job, out, identities[job.task], smoke) / DONE_FILE
-        if path.is_file():
-            records.append(json.loads(path.read_text()))
-    return records
+    """The records of the sweep's finished runs (tune.json)."""
+    return all_jobs(tasks, out, smoke)[1]
 
 
 def figure(summary: dict):
@@ -243,7 +280,8 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
     draw(summary, out / "lr_sweep.png")
     lines = ["# The learning-rate sweep", "",
              f"`{record['command'].strip()}` trained every preset at {len(GRID)} learning rates × {len(SEEDS)} seeds "
-             f"({', '.join(map(str, SEEDS))}) from each task's shipped policy, with the task's `compare` budget, and "
+             f"({', '.join(map(str, SEEDS))}), and at one more below the grid for a preset whose best mean was at "
+             f"its lowest (so that every preset's range reaches too slow), from each task's shipped policy, with the task's `compare` budget, and "
              f"scored each run on the task's validation split ({EVAL_N} problems × {EVAL_K} samples; train problems "
              "that training never draws). The chosen learning rate, **bold**, has the best mean; ✗ marks a point "
              "where most seeds collapsed (diverged, gave up, or ended below the base policy); a run that stopped early "
