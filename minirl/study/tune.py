@@ -280,8 +280,11 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
     draw(summary, out / "lr_sweep.png")
     lines = ["# The learning-rate sweep", "",
              f"`{record['command'].strip()}` trained every preset at {len(GRID)} learning rates × {len(SEEDS)} seeds "
-             f"({', '.join(map(str, SEEDS))}), and at one more below the grid for a preset whose best mean was at "
-             f"its lowest (so that every preset's range reaches too slow), from each task's shipped policy, with the task's `compare` budget, and "
+             f"({', '.join(map(str, SEEDS))}) from each task's shipped policy"
+             + (f" (and at {sorted({r['lr'] for r in records if r['lr'] not in GRID})} for the presets still best at "
+                "the grid's lowest point)" if any(r["lr"] not in GRID for r in records) else
+                " (no preset was best at the grid's lowest point, so none needed a point below it)") + ","
+             f" with the task's `compare` budget, and "
              f"scored each run on the task's validation split ({EVAL_N} problems × {EVAL_K} samples; train problems "
              "that training never draws). The chosen learning rate, **bold**, has the best mean; ✗ marks a point "
              "where most seeds collapsed (diverged, gave up, or ended below the base policy); a run that stopped early "
