@@ -397,5 +397,5 @@ def test_impossible_configuration_raises_clearly() -> None:
 
 
 def test_bad_split_argument() -> None:
-    with pytest.raises(ValueError, match="split='val' is not allowed"):
-        Countdown().problems("val", 1)
+    with pytest.raises(ValueError, match="split='dev' is not allowed"):
+        Countdown().problems("dev", 1)

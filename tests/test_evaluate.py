@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from minirl import Countdown, FunctionTask, evaluate, pass_at_k
 
 KEYS = {"accuracy", "pass_at_k", "format_rate", "reward_mean", "mean_length", "truncation_rate",
-        "n_problems", "k", "greedy", "temperature"}
+        "n_problems", "k", "greedy", "temperature", "length_p50", "length_p90", "length_p99", "length_max"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -64,7 +64,9 @@ def test_model_card_numbers_are_reproduced(tiny_policy, which):
     want = CARD[which]
     got = evaluate(tiny_policy, Countdown(num_count=3), n=want["n_problems"], greedy=want["greedy"],
                    k=want["k"], temperature=want["temperature"], seed=0, progress=False)
-    assert set(got) - set(want) == {"rate/format_ok", "rate/numbers_ok", "rate/correct"}  # added after the card
+    added_after_the_card = {"rate/format_ok", "rate/numbers_ok", "rate/correct", "length_p50", "length_p90",
+                            "length_p99", "length_max"}
+    assert set(got) - set(want) == added_after_the_card
     assert got["rate/correct"] == pytest.approx(want["accuracy"])
     for key, value in want.items():
         if isinstance(value, float):
@@ -174,10 +176,10 @@ def test_saved_folder_is_what_a_hub_user_expects(tiny_policy, tmp_path):
 
 def test_shipped_card_is_what_sft_writes():
     from minirl.card import sft_card
-    from minirl.cli import SFT_TASK
+    from minirl.sft import COMPACT_TASK
 
     readme = (SHIPPED_POLICY / "README.md").read_text()
-    assert readme == sft_card(task_description=SFT_TASK, **CARD)
+    assert readme == sft_card(task_description=COMPACT_TASK, **CARD)
     assert readme.split("---")[1].count("license: mit") == 1
 
 

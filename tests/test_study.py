@@ -20,6 +20,11 @@ def test_claims_are_registered_paired_and_share_runs():
     assert worked.eval_n == 1158 and worked.eval_k >= 4 and list(worked.seeds(5)) == [10, 11, 12, 13, 14]
     # it keeps the policy and the budget it was registered with, whatever the task ships later
     assert worked.model == "tiny-steps" and worked.budget() == {"max_new_tokens": 64, "overlong_cache": 16}
+    from minirl.tasks import WorkedCountdown  # ... and the train problems it drew before tasks had a val split
+
+    registered = Point("grpo", "grpo").task(worked).problems("train", 50, seed=3)
+    assert registered == WorkedCountdown(val_fraction=0.0).problems("train", 50, seed=3)
+    assert registered != WorkedCountdown().problems("train", 50, seed=3)
     assert len(Point("grpo", "grpo").task(worked).problems("test", worked.eval_n)) == 1158
     # PPO gets the group methods' completions per step as distinct prompts; H5's reward is the hackable one
     ppo = Point("ppo", "ppo").config(worked, 10)

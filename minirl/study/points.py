@@ -36,6 +36,8 @@ class Scale:
     micro_batch_size: int = 0  # rows per forward/backward (0 = whole minibatch)
     dtype: str | None = None  # load_policy dtype of the weights (None: its default; "float32" to train with small lrs)
     seed0: int = 0  # the first seed: a study of n seeds runs seeds seed0 .. seed0 + n - 1
+    val_fraction: float | None = None  # the task's validation share (None: its default); 0.0 gives the train draws
+    #                                    of a study registered before tasks had a validation split
 
     def seeds(self, n: int) -> range:
         """The seed list every arm of the study runs (the same list for every arm: differences are paired)."""
@@ -46,6 +48,8 @@ class Scale:
         entry = get_task(self.task)
         if "prompt_style" in entry.options:
             options.setdefault("prompt_style", self.prompt_style)
+        if self.val_fraction is not None:
+            options.setdefault("val_fraction", self.val_fraction)
         return entry.make(**options)
 
     def budget(self) -> dict[str, int]:
@@ -67,13 +71,13 @@ class Scale:
 SCALES = {
     # The compact task and the tiny policy: 80 steps x 64 completions (the older study, studies/claims-compact;
     # `--task compact`).
-    "cpu": Scale("cpu"),
-    # The worked-steps task (the default study) with the policy and budget it was registered with: the first
-    # worked-steps policy, tiny-steps, and 64 tokens (L_cache 16), not the task's later tiny-worked at 80; at the end
+    "cpu": Scale("cpu", val_fraction=0.0),
+    # The worked-steps task (the default study) with the policy, budget and train draws it was registered with: the
+    # first worked-steps policy, tiny-steps, 64 tokens (L_cache 16) and no validation split; at the end
     # of a run the whole held-out split (1 158 problems) with 4 samples each, and 500 problems of each shift. Seeds
     # from 10, so that no run of the registered study repeats a pilot run (seeds 0, 1).
     "worked": Scale("worked", model="tiny-steps", task="worked", steps=100, eval_every=50, eval_n=1158, eval_k=4,
-                    shift_n=500, seed0=10, max_new_tokens=64),
+                    shift_n=500, seed0=10, max_new_tokens=64, val_fraction=0.0),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
