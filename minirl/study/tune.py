@@ -241,13 +241,13 @@ def draw(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def wall_clock(records: list[dict], out: Path, identities: dict, smoke: bool) -> float | None:
+def wall_clock(run_dirs: list[Path]) -> float | None:
     """Seconds from the first run's start to the last run's end (run meta.json); spans breaks between sittings."""
     import datetime
 
     starts, ends = [], []
-    for r in records:
-        meta = folder(Job(r["task"], r["algo"], r["lr"], r["seed"]), out, identities[r["task"]], smoke) / "meta.json"
+    for run_dir in run_dirs:
+        meta = run_dir / "meta.json"
         if meta.is_file():
             m = json.loads(meta.read_text())
             if m.get("started_at") and m.get("ended_at"):
@@ -260,14 +260,13 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
                  results: Path = RESULTS) -> dict:
     """results.json (RESULTS), lr_sweep.png and SWEEP.md from the finished runs of `tasks`."""
     out = Path(out)
-    records = collect(tasks, out, smoke)
+    paths, records = all_jobs(tasks, out, smoke)
     if not records:
         raise ValueError(f"tune: no finished runs under {out / 'runs'}: run `python -m minirl tune` first")
     summary = summarise(records)
     total = sum(r["seconds"] for r in records)
     if seconds is None:  # --report-only: the span of the runs' own start and end times
-        seconds = wall_clock(records, out, {t: load_policy(get_task(t).policy, device="cpu").identity()
-                                            for t in tasks}, smoke)
+        seconds = wall_clock([p for _, p in paths if (p / DONE_FILE).is_file()])
     record = {"what": "learning-rate sweep of the presets from each task's shipped policy, scored on the val split",
               "command": "python -m minirl tune " + " ".join(a for a in sys.argv[2:] if a != "--report-only"), "code_version": code_version(),
               "run_code_versions": sorted({r.get("code_version") or "?" for r in records}),
