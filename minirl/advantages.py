@@ -118,7 +118,7 @@ def _as_float(rewards: Tensor) -> Tensor:
 
 @torch.no_grad()
 def group_advantages(
-    rewards: Tensor, group_ids: Tensor, scale: str = "group", eps: float = 1e-4, unbiased: bool = True
+    rewards: Tensor, group_ids: Tensor, scale: str = "group", eps: float = 1e-4, unbiased: bool = True, reduce=None
 ) -> Tensor:
     """GRPO's group-relative advantage (Shao 2024, eq. for outcome supervision): (N,) -> (N,).
 
@@ -129,7 +129,8 @@ def group_advantages(
     scale="none":  no division at all (Dr. GRPO, Liu 2025: the std rescaling biases the objective
                    toward too-easy / too-hard prompts).
     A group whose rewards are all equal (including a group of one) gets exactly 0: it carries no
-    learning signal. Two groups never mix.
+    learning signal. Two groups never mix. A group lives on one process, but the batch does not: with
+    scale="batch", `reduce` (sums over processes, see _mean_var) makes the std the whole batch's.
 
     >>> group_advantages(torch.tensor([1., 0., 0., 0.]), torch.tensor([0, 0, 0, 0]), scale="none")
     tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
@@ -149,7 +150,7 @@ def group_advantages(
         var = sq / (counts - correction).clamp(min=1).to(r.dtype)  # (G,)
         adv = centred / (var.sqrt()[inverse] + eps)
     elif scale == "batch":
-        std = r.std(correction=correction) if r.numel() > correction else r.new_zeros(())
+        std = _mean_var(r, torch.ones_like(r, dtype=torch.bool), reduce, correction)[1].sqrt()  # the batch's
         adv = centred / (std + eps)
     else:
         adv = centred
@@ -180,19 +181,31 @@ def rloo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def whiten(values: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+def _mean_var(x: Tensor, m: Tensor, reduce=None, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """Mean and variance (unbiased with correction=1) of x where m is True. `reduce(t)` sums a tensor over the processes of a
+    data-parallel run (two passes: the mean first, then the squared deviations from it), so every process gets
+    the statistics of the whole batch; None: this process's rows are the batch."""
+    reduce = reduce or (lambda t: t)
+    n = reduce(m.sum())
+    x = torch.where(m, x, 0.0)
+    mean = reduce(x.sum()) / n.clamp(min=1)
+    var = reduce(torch.where(m, (x - mean) ** 2, 0.0).sum()) / (n - correction).clamp(min=1)
+    return mean, var
+
+
+def whiten(values: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8, reduce=None) -> Tensor:
     """Normalise `values` to zero mean and unit variance over the valid (mask = 1) entries.
 
     Classic PPO-for-LMs advantage whitening (as in OpenAI's lm-human-preferences and TRL).
     The variance is the unbiased (Bessel-corrected) one. With shift_mean=False the mean is kept
     (used for rewards: the sign of a reward matters). Padded entries come back as 0.
+    reduce: sums a tensor over processes (see _mean_var). The trap: whitening each process's share with its own
+    mean and std gives every process another advantage scale, and 2 processes no longer make 1 process's update.
     """
     _check_same_shape(values=values, mask=mask)
     m = mask.bool()
-    n = m.sum()
     x = torch.where(m, values, 0.0)
-    mean = x.sum() / n.clamp(min=1)
-    var = torch.where(m, (x - mean) ** 2, 0.0).sum() / (n - 1).clamp(min=1)
+    mean, var = _mean_var(x, m, reduce)
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean

@@ -1,18 +1,21 @@
-"""`RLConfig`: every knob of PPO, GRPO and DAPO in one dataclass, and the presets that name them.
+"""`RLConfig`: every knob of PPO, GRPO and DAPO (and GSPO, CISPO) in one dataclass, and the presets that name them.
 
-The three algorithms are switches of one machine:
+The algorithms are switches of one machine (GSPO and CISPO, which came after DAPO, are DAPO-like runs with
+another policy loss):
 
-| switch            | PPO                  | GRPO                    | DAPO                          |
-|-------------------|----------------------|-------------------------|-------------------------------|
-| advantage         | gae + critic         | group (r - mean) / std  | group                         |
-| samples / prompt  | 1                    | G                       | G                             |
-| clip              | 0.2 / 0.2            | 0.2 / 0.2               | 0.2 / 0.28 (clip-higher)      |
-| loss aggregation  | token-mean           | seq-mean-token-mean     | token-mean (token-level loss) |
-| KL to reference   | k1, in the reward    | k3, in the loss         | none                          |
-| dynamic sampling  | -                    | -                       | drop all-equal groups, refill |
-| overlong          | -                    | -                       | soft punishment               |
-| updates / rollout | 4 (2 epochs x 2)     | 1                       | 4 (minibatches)               |
-| learning rate     | tuned per task       | tuned per task          | tuned per task (TUNED_LR)     |
+| switch            | PPO            | GRPO               | DAPO            | GSPO              | CISPO             |
+|-------------------|----------------|--------------------|-----------------|-------------------|-------------------|
+| advantage         | gae + critic   | group (r-mean)/std | group           | group             | group             |
+| samples / prompt  | 1              | G                  | G               | G                 | G                 |
+| policy loss       | clip           | clip               | clip            | clip              | sg(clip w)·A·logπ |
+| ratio             | token          | token              | token           | sequence          | token             |
+| clip              | 0.2 / 0.2      | 0.2 / 0.2          | 0.2 / 0.28      | 3e-4 / 4e-4       | w ≤ 1 + 4         |
+| aggregation       | token-mean     | seq-mean-tok-mean  | token-mean      | seq-mean-tok-mean | token-mean        |
+| KL to reference   | k1, in reward  | k3, in the loss    | none            | none              | none              |
+| dynamic sampling  | -              | -                  | unmixed dropped | -                 | -                 |
+| overlong          | -              | -                  | soft punishment | -                 | -                 |
+| updates / rollout | 4 (2 ep. x 2)  | 1                  | 4 (minibatches) | 4 (minibatches)   | 4 (minibatches)   |
+| learning rate     | tuned per task | tuned per task     | tuned per task  | tuned (compact)   | tuned (compact)   |
 
 `RLConfig.preset("dapo_nods")` is "DAPO without dynamic sampling", as in Lian 2025. Every preset starts at the learning
 rate tuned for it on its task (TUNED_LR, below the presets; `preset(name, task=...)`).
@@ -24,7 +27,7 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from .losses import AGGREGATION_MODES, KL_ESTIMATORS
+from .losses import AGGREGATION_MODES, KL_ESTIMATORS, POLICY_LOSSES, RATIO_LEVELS
 
 
 class ConfigError(ValueError):
@@ -68,8 +71,14 @@ class RLConfig:
                                    "small ops per tensor, the same update to float tolerance (BENCHMARKS.md section "
                                    "6 times it); not used under fp16; False = the plain per-tensor loop")
     # --- policy loss ---
+    policy_loss: str = knob("clip", '"clip": the clipped surrogate (PPO, GRPO, DAPO, GSPO); "cispo": a clipped, '
+                                    "stop-gradient importance weight times A * log pi, every token keeps its gradient "
+                                    "(MiniMax-M1); losses.policy_loss")
+    ratio_level: str = knob("token", '"token": one importance ratio per token; "sequence": one per answer, the '
+                                     "geometric mean of its token ratios (GSPO, Zheng 2025)")
     clip_low: float = knob(0.2, "epsilon_low: ratio is clipped below at 1 - clip_low")
-    clip_high: float = knob(0.2, "epsilon_high: ratio is clipped above at 1 + clip_high (DAPO: 0.28)")
+    clip_high: float = knob(0.2, "epsilon_high: ratio is clipped above at 1 + clip_high (DAPO: 0.28; CISPO bounds its "
+                                 "weight at 1 + clip_high, up to 10)")
     dual_clip: float = knob(0.0, "dual-clip constant c > 1 (Ye et al. 2020) caps the loss of A < 0 tokens; 0 = off")
     loss_agg: str = knob("seq-mean-token-mean", "how per-token losses become one number, see losses.aggregate")
     entropy_coef: float = knob(0.0, "bonus on the policy's entropy (subtracted from the loss)")
@@ -91,7 +100,10 @@ class RLConfig:
     value_clip: float = knob(0.2, "PPO2 value clipping around the old values (0 = off)")
     critic_lr: float = knob(0.0, "learning rate of the critic's own parameters (0 = 10x lr)")
     # --- DAPO (Yu et al. 2025), each its own switch ---
-    dynamic_sampling: bool = knob(False, "drop groups whose rewards are all equal, sample more until the batch is full")
+    dynamic_sampling: bool = knob(False, "drop groups that teach nothing (see dynamic_sampling_metric), sample more "
+                                         "until the batch is full")
+    dynamic_sampling_metric: str = knob("correct", 'a kept group must mix right and wrong answers ("correct", DAPO eq. '
+                                                   '11, verl metric=acc) or have two different rewards ("reward")')
     max_gen_batches: int = knob(4, "give up (clear error) after this many generation rounds per step")
     overlong_filter: bool = knob(False, "truncated completions get no loss (mask them out)")
     overlong_punishment: bool = knob(False, "soft length penalty in the last `overlong_cache` tokens (DAPO eq. 13)")
@@ -173,7 +185,14 @@ class RLConfig:
             need(isinstance(getattr(self, name), (int, float)) and getattr(self, name) >= 0, name,
                  "use a number >= 0")
         need(0 < self.clip_low <= 1, "clip_low", "use a number in (0, 1] (the ratio is clipped at 1 - clip_low)")
-        need(0 < self.clip_high <= 1, "clip_high", "use a number in (0, 1] (the ratio is clipped at 1 + clip_high)")
+        if self.policy_loss == "cispo":  # a bound on a weight, not a trust region: MiniMax-M1 and ScaleRL use 1 + 4
+            need(0 < self.clip_high <= 10, "clip_high", "with policy_loss='cispo' use a number in (0, 10] (the "
+                 "weight is capped at 1 + clip_high)")
+            need(self.dual_clip == 0, "dual_clip", "use 0: dual clip caps the clipped surrogate's loss, which "
+                 "policy_loss='cispo' does not have")
+        else:
+            need(0 < self.clip_high <= 1, "clip_high", "use a number in (0, 1] (the ratio is clipped at 1 + "
+                 "clip_high)")
         need(self.dual_clip == 0 or self.dual_clip > 1, "dual_clip", "use 0 (off) or a number > 1, e.g. 3")
         need(0 <= self.adam_beta1 < 1, "adam_beta1", "use a number in [0, 1)")
         need(0 <= self.adam_beta2 < 1, "adam_beta2", "use a number in [0, 1)")
@@ -186,7 +205,8 @@ class RLConfig:
         choices = {"loss_agg": AGGREGATION_MODES, "kl_estimator": KL_ESTIMATORS, "kl_placement": ("loss", "reward"),
                    "advantage": ("gae", "group", "rloo"), "adv_scale": ("group", "batch", "none"),
                    "critic": ("none", "head", "separate"), "mixed_precision": ("no", "bf16", "fp16"),
-                   "eval_split": ("test", "val")}
+                   "eval_split": ("test", "val"), "policy_loss": POLICY_LOSSES, "ratio_level": RATIO_LEVELS,
+                   "dynamic_sampling_metric": ("correct", "reward")}
         for name, allowed in choices.items():
             need(getattr(self, name) in allowed, name, f"choose one of {list(allowed)}")
         # --- consistency between fields ---
@@ -238,6 +258,12 @@ def fields_table() -> str:
 #   without which the ratio stays 1 and clip-higher never acts); max_gen_batches 10 as in verl's DAPO recipe.
 # - Dr. GRPO: Liu et al. 2025: mean-only advantages, constant normaliser (sum / (B * L_max)).
 # - RLOO: Ahmadian et al. 2024: leave-one-out baseline.
+# - GSPO: Zheng et al. 2025, arXiv 2507.18071, section 5.1: the sequence-level ratio, clip range 3e-4 / 4e-4 (on the
+#   length-normalised sequence ratio, hence so small), each rollout split into 4 minibatches, the per-sequence mean
+#   (TRL's loss_type="grpo" in its GSPO recipe), no KL (TRL's paper index, after verl#2775).
+# - CISPO: MiniMax-M1, Chen et al. 2025, arXiv 2506.13585, section 3.1: the clipped stop-gradient weight, no lower
+#   bound (clip_low 1: weights from 0), the upper one at 1 + 4 = 5 (ScaleRL, Khatri 2025, arXiv 2510.13786; TRL's
+#   recommended epsilon_high 5.0), the token-level loss, no KL; 4 minibatches so the weight leaves 1 as in GSPO.
 PRESETS: dict[str, dict] = {  # the algorithms minirl offers, by name
     "ppo": dict(advantage="gae", critic="head", group_size=1, batch_size=64, whiten_advantages=True,
                 kl_coef=0.01, kl_estimator="k1", kl_placement="reward", loss_agg="token-mean",
@@ -252,6 +278,10 @@ PRESETS: dict[str, dict] = {  # the algorithms minirl offers, by name
                       kl_coef=0.0),
     "dr_grpo": dict(advantage="group", adv_scale="none", loss_agg="seq-mean-token-sum-norm", kl_coef=0.0),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", kl_coef=0.0),
+    "gspo": dict(advantage="group", adv_scale="group", ratio_level="sequence", clip_low=3e-4, clip_high=4e-4,
+                 minibatches=4, loss_agg="seq-mean-token-mean", kl_coef=0.0),
+    "cispo": dict(advantage="group", adv_scale="group", policy_loss="cispo", clip_low=1.0, clip_high=4.0,
+                  minibatches=4, loss_agg="token-mean", kl_coef=0.0),
 }
 PAPER_ALGOS = ("ppo", "grpo", "dapo")  # the three that Lian 2025 compares, and the course with it
 
@@ -259,11 +289,12 @@ PAPER_ALGOS = ("ppo", "grpo", "dapo")  # the three that Lian 2025 compares, and 
 # accuracy (the task's "val" split, 3 seeds) in the learning-rate sweep `python -m minirl tune`, whose runs, figure
 # and table are in studies/lr-sweep (SWEEP.md says how each value was chosen). The presets make different numbers of
 # updates per rollout (GRPO 1, DAPO 4, PPO 4), so one shared learning rate would compare step sizes, not algorithms.
-# Measured 2026-12-07 (150 runs, grid 1e-5 .. 1e-3): on the compact task every preset is best at 3e-5 and breaks
-# down at 3e-4; on the worked task GRPO (1 update per rollout) and PPO are best at 1e-4, DAPO with and without dynamic
+# Measured 2026-12-07 (180 runs, grid 1e-5 .. 1e-3): on the compact task every preset is best at 3e-5 and breaks
+# down at 3e-4 (CISPO, whose weight keeps every token's gradient, already at 1e-4); on the worked task GRPO (1 update per rollout) and PPO are best at 1e-4, DAPO with and without dynamic
 # sampling (4 updates) at 3e-5, and PPO is the flattest (within 2 points from 1e-5 to 1e-4).
 TUNED_LR: dict[str, dict[str, float]] = {
-    "compact": {"ppo": 3e-5, "grpo": 3e-5, "dapo": 3e-5, "dapo_nods": 3e-5, "dr_grpo": 3e-5, "rloo": 3e-5},
+    "compact": {"ppo": 3e-5, "grpo": 3e-5, "dapo": 3e-5, "dapo_nods": 3e-5, "dr_grpo": 3e-5, "rloo": 3e-5,
+                "gspo": 3e-5, "cispo": 3e-5},
     "worked": {"ppo": 1e-4, "grpo": 1e-4, "dapo": 3e-5, "dapo_nods": 3e-5},
 }
 

@@ -34,13 +34,17 @@ def zero_variance_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return _zero_variance(r, inverse, G)
 
 
-def dynamic_sampling_keep(rewards: Tensor, group_ids: Tensor) -> Tensor:
+def dynamic_sampling_keep(values: Tensor, group_ids: Tensor) -> Tensor:
     """(N,) bool: which samples DAPO keeps (eq. 11: 0 < |{correct answers}| < G).
 
-    Written for any reward, not just 0/1: keep a group iff its rewards are not all equal.
+    Keeps a group iff its values are not all equal. Pass correctness (1.0 right, 0.0 wrong) for eq. 11, as the
+    trainer does by default (`RLConfig.dynamic_sampling_metric="correct"`, verl's `metric=acc`); rewards give
+    "any two rewards differ" (`"reward"`). The two agree for a 0/1 reward. The trap: with a shaped reward
+    (partial credit, the overlong penalty) a group of wrong answers has different rewards, and a rule on rewards
+    keeps it although it holds no right answer to learn from.
     The trainer keeps sampling prompts until it has enough kept groups to fill a batch.
     """
-    return ~zero_variance_groups(rewards, group_ids)
+    return ~zero_variance_groups(values, group_ids)  # (N,)
 
 
 def frac_reward_zero_std(rewards: Tensor, group_ids: Tensor) -> float:

@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+POLICY_LOSSES = ("clip", "cispo")  # PPO's clipped surrogate (PPO, GRPO, DAPO, GSPO); CISPO's clipped weight
+RATIO_LEVELS = ("token", "sequence")  # one importance ratio per token (PPO ... DAPO), or per sequence (GSPO)
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # exp() of a log-ratio above ~88 overflows float32; beyond e^20 the number is meaningless anyway.
@@ -45,6 +47,46 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 # ----------------------------------------------------------------------------- policy loss
 
 
+def importance_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor | None = None,
+                         level: str = "token") -> Tensor:
+    """log(pi_theta / pi_old) for every token, (B, T): the log of the importance ratio the policy losses use.
+
+        "token"     l_t = log pi_theta(y_t) - log pi_old(y_t)                     PPO, GRPO, DAPO
+        "sequence"  l_i = (1 / |y_i|) sum_t l_t, the same for every token of y_i  GSPO (Zheng 2025, eq. 7)
+
+    GSPO's sequence ratio s_i = (pi_theta(y_i) / pi_old(y_i))^(1/|y_i|) is the geometric mean of the token ratios:
+    one number per answer, so a single surprising token cannot push its own ratio out of the clip range, and the
+    clip keeps or drops a whole answer. Its gradient reaches every token of y_i with weight 1/|y_i|, as in TRL's
+    `importance_sampling_level="sequence"`. The trap: a length normaliser is needed, or a long answer's summed
+    log-ratio would leave any clip range after one update; GSPO's clip range is tiny (3e-4 / 4e-4) because the
+    mean of many small token drifts is tiny.
+    old_logprobs is a constant (detached); "sequence" needs the (B, T) mask, rows without tokens get 0.
+    """
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"level={level!r} is not allowed; choose one of {RATIO_LEVELS}")
+    log_ratio = logprobs - old_logprobs.detach()  # (B, T)
+    if level == "token":
+        return log_ratio
+    if mask is None or mask.shape != logprobs.shape:
+        raise ValueError(f"level='sequence' needs a (B, T) mask like logprobs {tuple(logprobs.shape)}, got "
+                         f"{None if mask is None else tuple(mask.shape)}")
+    per_seq = masked_mean(log_ratio, mask, dim=1)  # (B,), the mean over each answer's own tokens
+    return per_seq[:, None].expand_as(log_ratio)  # (B, T)
+
+
+def _per_token_advantages(advantages: Tensor, logprobs: Tensor) -> Tensor:
+    """(B,) or (B, T) advantages as a detached (B, 1) or (B, T) tensor in logprobs' dtype."""
+    A = advantages.detach()
+    if A.dim() == 1 and logprobs.dim() == 2 and A.shape[0] == logprobs.shape[0]:
+        A = A[:, None]  # (B, 1): one advantage for every token of the sequence
+    elif A.shape != logprobs.shape:
+        raise ValueError(
+            f"advantages must be (B,) or (B, T) matching logprobs {tuple(logprobs.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
+    return A.to(logprobs.dtype)
+
+
 class ClipStats(NamedTuple):
     """Per-token diagnostics of the clipped surrogate, all (B, T) float tensors, no grad.
 
@@ -64,6 +106,9 @@ def clipped_surrogate(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
+    *,
+    mask: Tensor | None = None,
+    ratio_level: str = "token",
 ) -> tuple[Tensor, ClipStats]:
     """PPO's clipped surrogate objective (Schulman 2017, eq. 7), negated into a per-token loss.
 
@@ -74,6 +119,9 @@ def clipped_surrogate(
     (e.g. 0.28) lets unlikely-but-good tokens grow, which fights entropy collapse.
     dual_clip=c (> 1) is dual-clip PPO (Ye et al. 2020): for A < 0 the loss is also capped at
     -c * A, so a huge ratio on a bad token cannot blow the update up.
+
+    ratio_level="sequence" (with the mask) is GSPO (Zheng 2025, eq. 5-7): the ratio of every token is its
+    answer's length-normalised sequence ratio (`importance_log_ratio`), so the clip acts on whole answers.
 
     logprobs, old_logprobs: (B, T); advantages: (B,) (one per sequence, broadcast) or (B, T).
     old_logprobs and advantages are treated as constants (detached).
@@ -90,17 +138,10 @@ def clipped_surrogate(
             f"logprobs and old_logprobs must have the same shape, got "
             f"{tuple(logprobs.shape)} and {tuple(old_logprobs.shape)}"
         )
-    A = advantages.detach()
-    if A.dim() == 1 and logprobs.dim() == 2 and A.shape[0] == logprobs.shape[0]:
-        A = A[:, None]  # (B, 1): one advantage for every token of the sequence
-    elif A.shape != logprobs.shape:
-        raise ValueError(
-            f"advantages must be (B,) or (B, T) matching logprobs {tuple(logprobs.shape)}, "
-            f"got {tuple(advantages.shape)}"
-        )
-    A = A.to(logprobs.dtype)
+    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
 
-    log_ratio = (logprobs - old_logprobs.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, ratio_level)  # (B, T)
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)  # (B, T)
     unclipped = -ratio * A  # (B, T)
     clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * A  # (B, T), no grad outside the range
@@ -120,6 +161,76 @@ def clipped_surrogate(
             dual_clipped=dual.to(loss.dtype),
         )
     return loss, stats
+
+
+def cispo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    clip_low: float = 1.0,
+    clip_high: float = 4.0,
+    *,
+    mask: Tensor | None = None,
+    ratio_level: str = "token",
+) -> tuple[Tensor, ClipStats]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4-5): clip the importance weight, not the update, per token.
+
+        ratio  = exp(logpi_theta - logpi_old)
+        weight = sg(clip(ratio, 1 - clip_low, 1 + clip_high))        sg = stop-gradient (detach)
+        loss   = -weight * A * logpi_theta
+
+    The clipped surrogate drops the gradient of a token whose ratio has left the band (ClipStats says which);
+    CISPO keeps every token's REINFORCE gradient A * grad logpi and only bounds how much an off-policy token
+    counts. The trap: without the stop-gradient the loss would be the clipped ratio times A again, with its
+    zero gradient outside the band. MiniMax-M1 sets no lower bound (clip_low = 1: weights in [0, 1 + clip_high])
+    and tunes the upper one. TRL's `loss_type="cispo"` clamps at `epsilon_high` itself (its 5.0 = our
+    clip_high 4.0); verl's `clip_ratio_low/high` are ours.
+    Returns the per-token loss (B, T) and ClipStats, whose clipped_low/high mark the tokens whose *weight* was
+    capped (their gradient is kept); dual_clipped is all 0.
+    """
+    if not 0.0 < clip_low <= 1.0:
+        raise ValueError(f"clip_low={clip_low!r} is not allowed; it must be in (0, 1]")
+    if not clip_high > 0.0:
+        raise ValueError(f"clip_high={clip_high!r} is not allowed; it must be > 0")
+    if logprobs.shape != old_logprobs.shape:
+        raise ValueError(
+            f"logprobs and old_logprobs must have the same shape, got "
+            f"{tuple(logprobs.shape)} and {tuple(old_logprobs.shape)}"
+        )
+    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
+    log_ratio = importance_log_ratio(logprobs.detach(), old_logprobs, mask, ratio_level)  # (B, T), no grad
+    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T)
+    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T), a constant: the gradient flows through logpi
+    loss = -weight * A * logprobs  # (B, T)
+    with torch.no_grad():
+        stats = ClipStats(
+            ratio=ratio,
+            clipped_low=((A < 0) & (ratio < 1.0 - clip_low)).to(loss.dtype),
+            clipped_high=((A > 0) & (ratio > 1.0 + clip_high)).to(loss.dtype),
+            dual_clipped=torch.zeros_like(loss),
+        )
+    return loss, stats
+
+
+def policy_loss(kind: str, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
+                clip_low: float, clip_high: float, dual_clip: float | None = None,
+                ratio_level: str = "token") -> tuple[Tensor, ClipStats]:
+    """The per-token policy loss that `RLConfig.policy_loss` names, (B, T), and its ClipStats: the one place
+    where the trainer's policy loss is chosen.
+
+        kind="clip",  ratio_level="token"     PPO, GRPO, DAPO        `clipped_surrogate`
+        kind="clip",  ratio_level="sequence"  GSPO                   `clipped_surrogate` on the sequence ratio
+        kind="cispo"                          CISPO (MiniMax-M1)     `cispo_loss`
+    """
+    if kind == "clip":
+        return clipped_surrogate(logprobs, old_logprobs, advantages, clip_low, clip_high, dual_clip, mask=mask,
+                                 ratio_level=ratio_level)
+    if kind == "cispo":
+        if dual_clip:
+            raise ValueError(f"dual_clip={dual_clip!r} is not allowed with kind='cispo': it caps the clipped "
+                             "surrogate's loss, which CISPO does not have; use 0 / None")
+        return cispo_loss(logprobs, old_logprobs, advantages, clip_low, clip_high, mask=mask, ratio_level=ratio_level)
+    raise ValueError(f"kind={kind!r} is not allowed; choose one of {POLICY_LOSSES}")
 
 
 # ----------------------------------------------------------------------------- aggregation

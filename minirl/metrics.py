@@ -19,6 +19,7 @@ import torch
 from accelerate.utils import gather_object
 
 from . import dapo
+from .losses import approx_kl, masked_sum
 
 
 def combine(accelerator, totals: dict[str, float]) -> dict[str, float]:
@@ -113,3 +114,51 @@ def explained_variance(t: dict[str, float]) -> float:
         return math.nan
     var_r = unbiased_std(t, "returns") ** 2
     return 1.0 - unbiased_std(t, "residuals") ** 2 / var_r if var_r > 0 else math.nan
+
+
+# The update's logging sums, kept as tensors (no .item() per micro-batch: each one would stall a GPU) and read once
+# at the end of the step: token sums of entropy, KL, clip flags and approx_kl, and the aggregated losses
+UPDATE_SUMS = ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl",
+               "tokens")
+
+
+def zero_update_sums(device) -> dict[str, torch.Tensor]:
+    return {k: torch.zeros((), device=device) for k in UPDATE_SUMS}
+
+
+def add_update_sums(sums: dict, policy_loss: torch.Tensor, entropy: torch.Tensor, clip, logp: torch.Tensor,
+                    old_logp: torch.Tensor, mask: torch.Tensor) -> None:
+    """Add one micro-batch's share: its aggregated policy loss, and token sums over `mask` (n, T) of the entropy,
+    the clip flags (losses.ClipStats) and approx_kl."""
+    sums["policy_loss"] += policy_loss
+    sums["entropy"] += masked_sum(entropy.detach(), mask)
+    sums["clip_frac_low"] += masked_sum(clip.clipped_low, mask)
+    sums["clip_frac_high"] += masked_sum(clip.clipped_high, mask)
+    sums["approx_kl"] += approx_kl(logp.detach(), old_logp, mask) * mask.sum()
+    sums["tokens"] += mask.sum()
+
+
+def add_to(sums: dict, update: dict) -> None:
+    for k in sums:
+        sums[k] += update[k]
+
+
+def update_metrics(accelerator, sums: dict, batch, applied: int, grad_norms: list[float],
+                   skipped: int) -> dict[str, float]:
+    """The step's update metrics: totals over every process's rows, then the means. The policy and value losses
+    are already shares of one loss over all processes, so their sum over processes is the loss."""
+    t = {k: v.item() for k, v in sums.items()}
+    if batch.old_values is not None:
+        t.update(value_totals(batch.old_values, batch.returns, batch.loss_mask))
+    t = combine(accelerator, t)
+    tokens = max(t["tokens"], 1.0)
+    stats = {k: t[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
+    stats["policy_loss"] = t["policy_loss"] / applied if applied else math.nan
+    if batch.old_values is not None:
+        stats["value_loss"] = t["value_loss"] / applied if applied else math.nan
+        stats["explained_variance"] = explained_variance(t)
+    if batch.ref_logprobs is None:
+        stats["kl_ref"] = math.nan
+    stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else math.nan  # the same on every process
+    stats["updates_skipped"] = skipped
+    return stats

@@ -97,24 +97,30 @@ def generate(policy, task, config: RLConfig, step: int, round_: int, rank: int, 
                   top_p=config.top_p, generator=gen)
     scores = [task.score(problems[i // config.group_size], text) for i, text in enumerate(roll.texts)]
     rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (N,)
+    correct = torch.tensor([float(s.correct) for s in scores])  # (N,) 1.0 for a solved problem
     names = sorted({k for s in scores for k in s.components})
     parts = torch.tensor([[s.components.get(k, float("nan")) for k in names] for s in scores], dtype=torch.float32)
     group_ids = torch.arange(len(problems)).repeat_interleave(config.group_size) + round_ * config.batch_size
-    return roll, rewards, group_ids, names, parts
+    return roll, rewards, correct, group_ids, names, parts
 
 
 def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
     """Sample this process's share of a training batch. With dynamic sampling (DAPO eq. 11) keep only groups
-    whose rewards differ, and sample again until `batch_size` groups are kept or `max_gen_batches` rounds are
-    used up. Returns the kept rows and this process's totals over every round (metrics.rollout_totals)."""
+    with right and wrong answers (or, dynamic_sampling_metric="reward", with two different rewards), and sample
+    again until `batch_size` groups are kept or `max_gen_batches` rounds are used up. Returns the kept rows and
+    this process's totals over every round (metrics.rollout_totals)."""
     want = config.batch_size // world  # groups this process needs
     kept, all_rewards, all_parts, all_lengths, all_trunc, first_ids = [], [], [], [], [], None
     for round_ in range(config.max_gen_batches if config.dynamic_sampling else 1):
-        roll, rewards, group_ids, names, parts = generate(policy, task, config, step, round_, rank, world)
+        roll, rewards, correct, group_ids, names, parts = generate(policy, task, config, step, round_, rank, world)
         first_ids = group_ids if first_ids is None else first_ids
         all_rewards.append(rewards), all_parts.append(parts)
         all_lengths.append(roll.lengths.cpu()), all_trunc.append(roll.truncated.cpu())
-        keep = dapo.dynamic_sampling_keep(rewards, group_ids) if config.dynamic_sampling else torch.ones_like(rewards, dtype=torch.bool)
+        # eq. 11 counts correct answers: with a shaped reward (partial credit, the overlong penalty) a group of
+        # wrong answers can have different rewards and still teach nothing about solving
+        signal = correct if config.dynamic_sampling_metric == "correct" else rewards
+        keep = (dapo.dynamic_sampling_keep(signal, group_ids) if config.dynamic_sampling
+                else torch.ones_like(rewards, dtype=torch.bool))
         kept.append((roll.select(keep.to(roll.completion_ids.device)), rewards[keep], group_ids[keep]))
         if sum(len(r) for _, r, _ in kept) >= want * config.group_size:
             break
@@ -123,7 +129,7 @@ def collect(policy, task, config: RLConfig, step: int, rank: int, world: int):
             got = sum(len(r) for _, r, _ in kept) // config.group_size
             raise DynamicSamplingExhausted(
                 f"dynamic sampling kept {got} of {want} groups after max_gen_batches={config.max_gen_batches} "
-                "rounds: almost every group has all-equal rewards (the policy is always right or always wrong). "
+                "rounds: almost every group is all right or all wrong. "
                 "Raise max_gen_batches, lower the learning rate, or use dynamic_sampling=False.")
     n = want * config.group_size  # groups are contiguous, so the first n rows are whole groups
     roll = Rollout.cat([r for r, _, _ in kept], policy.tokenizer.pad_token_id).select(list(range(n)))
@@ -146,8 +152,10 @@ def forward_in_chunks(fn, roll: Rollout, chunk: int, keys: tuple[str, ...]) -> d
     return {k: torch.cat(v) for k, v in outs.items()}
 
 
-def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logprobs, old_values, advantage_fn=None):
-    """Sequence rewards -> per-token advantages (B, T) and, for PPO, returns (B, T)."""
+def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logprobs, old_values, advantage_fn=None,
+                       reduce=None):
+    """Sequence rewards -> per-token advantages (B, T) and, for PPO, returns (B, T). `reduce` sums a tensor over
+    processes (sum_over_processes): whitening and the batch std are statistics of the whole batch."""
     if config.advantage == "gae":  # PPO: reward on the last token, KL penalty on every token, then GAE
         token_rewards = torch.zeros_like(mask, dtype=torch.float32)
         last = (mask.sum(-1).long() - 1).clamp(min=0)  # index of each sequence's final (EOS) token
@@ -162,13 +170,20 @@ def compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref_logpr
                 raise ValueError(f"advantage_fn returned shape {tuple(seq.shape)} (finite: {bool(torch.isfinite(seq).all())}); "
                                  f"it must return finite advantages of shape {tuple(rewards.shape)}, one per completion")
         elif config.advantage == "group":
-            seq = adv.group_advantages(rewards, group_ids, scale=config.adv_scale, eps=config.adv_eps)
+            seq = adv.group_advantages(rewards, group_ids, scale=config.adv_scale, eps=config.adv_eps, reduce=reduce)
         else:
             seq = adv.rloo_advantages(rewards, group_ids)
         advantages, returns = adv.broadcast_to_tokens(seq.to(mask.device), mask), None
     if config.whiten_advantages:
-        advantages = adv.whiten(advantages, mask)
+        advantages = adv.whiten(advantages, mask, reduce=reduce)
     return advantages, returns
+
+
+def sum_over_processes(acc: Accelerator):
+    """A function that sums a tensor over the processes of a data-parallel run (the identity for one process)."""
+    if acc.num_processes == 1:
+        return None
+    return lambda t: acc.reduce(t.float() if not t.is_floating_point() else t, "sum")
 
 
 # ----------------------------------------------------------------------------- 3. the updates
@@ -184,101 +199,106 @@ def length_sorted_passes(index: torch.Tensor, lengths: torch.Tensor, passes: int
     return [order] if padded > 0.8 * len(order) * int(lengths[order].max()) else micros
 
 
+def micro_batches(mb: torch.Tensor, lengths: torch.Tensor, config: RLConfig) -> list[torch.Tensor]:
+    """The rows of minibatch `mb` as the forward/backward passes that take them: `micro_batch_size` rows at a time,
+    sorted by length, or `length_sorted_passes`. The trap: `mb` lives on the CPU and `lengths` on the model's
+    device, and a CPU tensor cannot be indexed with a GPU's indices, so the rows are chosen on the CPU."""
+    lengths = lengths.cpu()  # (N,)
+    if config.micro_batch_size:
+        return list(mb[lengths[mb].argsort(stable=True)].split(config.micro_batch_size))
+    return length_sorted_passes(mb, lengths, config.length_buckets)
+
+
+def loss_normalisers(acc: Accelerator, config: RLConfig, batch: Batch, mb: torch.Tensor) -> dict:
+    """The totals `losses.aggregate` divides by, over the whole minibatch and every process: with them the
+    micro-batches' losses add up to the minibatch's, and 2 processes make 1 process's update."""
+    num_tokens = batch.loss_mask[mb].sum()
+    num_tokens = acc.reduce(num_tokens.float(), "sum") if acc.num_processes > 1 else num_tokens
+    return dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * acc.num_processes,
+                max_len=config.max_new_tokens)
+
+
+def minibatch_loss(model, part: Batch, config: RLConfig, normalisers: dict, sums: dict) -> torch.Tensor:
+    """One micro-batch's share of the loss: forward, the policy loss `config.policy_loss` chooses
+    (losses.policy_loss), the KL term, the entropy bonus, the critic's loss; its logging sums are added to `sums`."""
+    m = part.loss_mask  # (n, T)
+    out = model(*part.rollout.inputs(), config.temperature, entropy_grad=config.entropy_coef > 0)
+    logp = out["logprobs"].float()  # (n, T)
+    old_logp = part.old_logprobs if part.old_logprobs is not None else logp.detach()  # on-policy: ratio 1
+    pg, clip = L.policy_loss(config.policy_loss, logp, old_logp, part.advantages, m, clip_low=config.clip_low,
+                             clip_high=config.clip_high, dual_clip=config.dual_clip or None,
+                             ratio_level=config.ratio_level)  # (n, T)
+    loss_tokens = pg
+    if part.ref_logprobs is not None:
+        kl = L.kl_penalty(logp, part.ref_logprobs, config.kl_estimator)  # (n, T)
+        sums["kl_ref"] += L.masked_sum(kl.detach(), m)
+        if config.kl_placement == "loss":
+            loss_tokens = loss_tokens + config.kl_coef * kl
+    if config.entropy_coef > 0:
+        loss_tokens = loss_tokens - config.entropy_coef * out["entropy"]
+    loss = L.aggregate(loss_tokens, m, config.loss_agg, **normalisers)
+    if "values" in out:
+        v = L.value_loss(out["values"].float(), part.old_values, part.returns, config.value_clip or None)
+        vloss = L.aggregate(v, m, "token-mean", num_tokens=normalisers["num_tokens"])
+        loss = loss + config.vf_coef * vloss
+        sums["value_loss"] += vloss.detach()
+    metrics.add_update_sums(sums, L.aggregate(pg.detach(), m, config.loss_agg, **normalisers), out["entropy"],
+                            clip, logp, old_logp, m)
+    return loss
+
+
+def optimizer_step(learner: Learner, config: RLConfig, step: int) -> float:
+    """Clip the gradient norm, step AdamW (through fp16's scaler when there is one) and zero the gradients;
+    return the norm before clipping (inf or nan: the scaler skipped the update)."""
+    acc, optimizer, scaler = learner.accelerator, learner.optimizer, learner.scaler
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    norm = float(acc.clip_grad_norm_(learner.model.parameters(), config.max_grad_norm or float("inf")))
+    if scaler is None and not math.isfinite(norm):
+        raise TrainingDiverged(f"gradient norm is {norm} at step {step}; lower lr (now {config.lr:g})")
+    if scaler is None:
+        optimizer.step()
+    else:  # the scaler skips the step when a gradient is inf/nan, i.e. when their norm is
+        scaler.step(optimizer)
+        scaler.update()
+    if math.isfinite(norm):
+        learner.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
 def learn(learner: Learner, config: RLConfig, batch: Batch, step: int) -> dict[str, float]:
-    """mu epochs x minibatches of clipped-surrogate updates. Normalisers are totals over the whole optimiser
-    step (and over processes), so micro-batching and data parallelism do not change the gradient.
+    """mu epochs x minibatches of policy-loss updates, read like CleanRL's update loop: minibatch -> forward ->
+    loss -> backward -> clip -> step. The normalisers are totals over the whole optimiser step (and over
+    processes), so micro-batching and data parallelism do not change the gradient.
 
     fp16 (a GradScaler): an update whose gradients overflow is skipped by the scaler, which lowers its scale; it is
     counted in `updates_skipped`, leaves the learning-rate schedule where it was and adds nothing to the logged
     losses. Without a scaler a non-finite loss or gradient is TrainingDiverged."""
-    acc, model, optimizer, scaler = learner.accelerator, learner.model, learner.optimizer, learner.scaler
-    world, N = acc.num_processes, len(batch)
-    minibatch_size = N // config.minibatches
-    lengths = batch.rollout.lengths
+    acc, model, scaler, world = learner.accelerator, learner.model, learner.scaler, learner.accelerator.num_processes
+    N = len(batch)
     gen = torch.Generator().manual_seed(step_seed(config, step, MINIBATCH_ORDER))
-    # logging sums stay tensors (no .item() per micro-batch: each one would stall a GPU); read once at the end
-    names = ("policy_loss", "value_loss", "entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl", "tokens")
-    sums = {k: torch.zeros((), device=batch.loss_mask.device) for k in names}
-    grad_norms, skipped = [], 0
+    sums, grad_norms = metrics.zero_update_sums(batch.loss_mask.device), []  # tensors: no GPU stall per pass
     for _ in range(config.epochs):
         order = torch.randperm(N, generator=gen) if config.minibatches > 1 else torch.arange(N)
-        for mb in order.split(minibatch_size):
-            num_tokens = batch.loss_mask[mb].sum()
-            num_tokens = acc.reduce(num_tokens.float(), "sum") if world > 1 else num_tokens
-            normalisers = dict(num_tokens=num_tokens.clamp(min=1), num_seqs=len(mb) * world,
-                               max_len=config.max_new_tokens)
-            update = {k: torch.zeros_like(v) for k, v in sums.items()}  # this update's share of the logs
-            micros = (mb[lengths[mb].argsort(stable=True)].split(config.micro_batch_size) if config.micro_batch_size
-                      else length_sorted_passes(mb, lengths, config.length_buckets))
+        for mb in order.split(N // config.minibatches):
+            normalisers = loss_normalisers(acc, config, batch, mb)
+            update = metrics.zero_update_sums(batch.loss_mask.device)  # this update's share of the logs
+            micros = micro_batches(mb, batch.rollout.lengths, config)
             for i, idx in enumerate(micros):
-                part = batch.select(idx)
-                m = part.loss_mask
                 sync = nullcontext() if i == len(micros) - 1 or world == 1 else acc.no_sync(model)
                 with sync, learner.autocast():
-                    out = model(*part.rollout.inputs(), config.temperature, entropy_grad=config.entropy_coef > 0)
-                    logp = out["logprobs"].float()
-                    old_logp = part.old_logprobs if part.old_logprobs is not None else logp.detach()
-                    pg, clip = L.clipped_surrogate(logp, old_logp, part.advantages, config.clip_low, config.clip_high,
-                                                   config.dual_clip or None)
-                    loss_tokens = pg
-                    if part.ref_logprobs is not None:
-                        kl = L.kl_penalty(logp, part.ref_logprobs, config.kl_estimator)
-                        update["kl_ref"] += L.masked_sum(kl.detach(), m)
-                        if config.kl_placement == "loss":
-                            loss_tokens = loss_tokens + config.kl_coef * kl
-                    if config.entropy_coef > 0:
-                        loss_tokens = loss_tokens - config.entropy_coef * out["entropy"]
-                    loss = L.aggregate(loss_tokens, m, config.loss_agg, **normalisers)
-                    if "values" in out:
-                        v = L.value_loss(out["values"].float(), part.old_values, part.returns, config.value_clip or None)
-                        vloss = L.aggregate(v, m, "token-mean", num_tokens=normalisers["num_tokens"])
-                        loss = loss + config.vf_coef * vloss
-                        update["value_loss"] += vloss.detach()
+                    loss = minibatch_loss(model, batch.select(idx), config, normalisers, update)
                     if scaler is None and not torch.isfinite(loss):
                         raise TrainingDiverged(f"loss is {loss.item()} at step {step}; lower lr (now {config.lr:g})")
                     loss = loss * world  # DDP averages over processes; the normalisers already span them
                     acc.backward(loss if scaler is None else scaler.scale(loss))
-                update["policy_loss"] += L.aggregate(pg.detach(), m, config.loss_agg, **normalisers)
-                update["entropy"] += L.masked_sum(out["entropy"].detach(), m)
-                update["clip_frac_low"] += L.masked_sum(clip.clipped_low, m)
-                update["clip_frac_high"] += L.masked_sum(clip.clipped_high, m)
-                update["approx_kl"] += L.approx_kl(logp.detach(), old_logp, m) * m.sum()
-                update["tokens"] += m.sum()
-            if scaler is not None:
-                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-            norm = float(acc.clip_grad_norm_(model.parameters(), config.max_grad_norm or float("inf")))
-            if scaler is None and not math.isfinite(norm):
-                raise TrainingDiverged(f"gradient norm is {norm} at step {step}; lower lr (now {config.lr:g})")
-            if scaler is None:
-                optimizer.step()
-            else:  # the scaler skips the step when a gradient is inf/nan, i.e. when their norm is
-                scaler.step(optimizer)
-                scaler.update()
-            if not math.isfinite(norm):
-                skipped += 1
-            else:
-                learner.scheduler.step()
+            norm = optimizer_step(learner, config, step)
+            if math.isfinite(norm):  # a skipped fp16 update adds nothing to the logs
                 grad_norms.append(norm)
-                for k in sums:
-                    sums[k] += update[k]
-            optimizer.zero_grad(set_to_none=True)
-    # totals over every process's rows, then the means (metrics.py); policy and value losses are already
-    # shares of one loss over all processes, so their sum over processes is the loss
-    t = {k: v.item() for k, v in sums.items()}
-    if batch.old_values is not None:
-        t.update(metrics.value_totals(batch.old_values, batch.returns, batch.loss_mask))
-    t = metrics.combine(acc, t)
-    applied, tokens = config.epochs * config.minibatches - skipped, max(t["tokens"], 1.0)
-    stats = {k: t[k] / tokens for k in ("entropy", "kl_ref", "clip_frac_low", "clip_frac_high", "approx_kl")}
-    stats["policy_loss"] = t["policy_loss"] / applied if applied else float("nan")
-    if batch.old_values is not None:
-        stats["value_loss"] = t["value_loss"] / applied if applied else float("nan")
-        stats["explained_variance"] = metrics.explained_variance(t)
-    if batch.ref_logprobs is None:
-        stats["kl_ref"] = float("nan")
-    stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")  # the same on every process
-    stats["updates_skipped"] = skipped
-    return stats
+                metrics.add_to(sums, update)
+    applied = len(grad_norms)
+    return metrics.update_metrics(acc, sums, batch, applied, grad_norms, config.epochs * config.minibatches - applied)
 
 
 # ----------------------------------------------------------------------------- the step
@@ -335,8 +355,8 @@ def rl_step(policy, task, config: RLConfig, learner: Learner, step: int, advanta
     # 3. advantages: PPO's GAE over per-token rewards, or one group-relative value per completion
     old_logprobs, old_values = old_forward.get("logprobs"), old_forward.get("values")
     advantages, returns = compute_advantages(config, rewards, group_ids, mask, old_logprobs, ref, old_values,
-                                             advantage_fn)
-    # 4. mu epochs x minibatches of clipped-surrogate updates
+                                             advantage_fn, reduce=sum_over_processes(acc))
+    # 4. mu epochs x minibatches of policy-loss updates
     batch = Batch(roll, advantages, loss_mask, old_logprobs, ref, old_values, returns)
     row.update(learn(learner, config, batch, step))
     row["time/learn"] = clock.lap()

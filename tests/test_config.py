@@ -28,6 +28,7 @@ INVALID = {
     "loss_agg": ["mean", "", "token_mean"], "kl_estimator": ["k4", "K3"], "kl_placement": ["both", "rewards"],
     "advantage": ["ppo", "grpo"], "adv_scale": ["std"], "critic": ["value", "shared"],
     "mixed_precision": ["fp8", "bfloat16", None], "eval_split": ["train", "heldout"],
+    "policy_loss": ["gspo", "ppo", ""], "ratio_level": ["seq", "group"], "dynamic_sampling_metric": ["acc", "std"],
     "overlong_cache": [0, -1, 16, 17],  # must be >= 1 and < max_new_tokens (16)
 }
 
@@ -198,3 +199,24 @@ def test_the_docs_table_is_the_fields_own_help():
     table = readme.split("<!-- fields-table -->\n")[1].split("\n<!-- /fields-table -->")[0]
     assert table == fields_table(), "minirl/README.md's field table is stale: paste minirl.config.fields_table()"
 
+
+def test_cispo_bounds_a_weight_and_the_clip_a_trust_region():
+    """CISPO's upper bound may be far above 1 (MiniMax-M1 and ScaleRL: a weight of at most 5); the clipped
+    surrogate's may not, and CISPO has no loss for dual clip to cap."""
+    assert RLConfig(policy_loss="cispo", clip_low=1.0, clip_high=4.0).validate().clip_high == 4.0
+    for bad in (0, 10.5, -1):
+        with pytest.raises(ConfigError, match=r"RLConfig\.clip_high=.*policy_loss='cispo'"):
+            RLConfig(policy_loss="cispo", clip_high=bad).validate()
+    with pytest.raises(ConfigError, match=r"RLConfig\.clip_high=4\.0 is not allowed: use a number in \(0, 1\]"):
+        RLConfig(clip_high=4.0).validate()
+    with pytest.raises(ConfigError, match=r"RLConfig\.dual_clip=3.*policy_loss='cispo'"):
+        RLConfig(policy_loss="cispo", dual_clip=3.0).validate()
+
+
+def test_gspo_and_cispo_presets_are_their_papers():
+    gspo, cispo = PRESETS["gspo"], PRESETS["cispo"]
+    assert (gspo["ratio_level"], gspo["clip_low"], gspo["clip_high"], gspo["minibatches"], gspo["kl_coef"]) == \
+        ("sequence", 3e-4, 4e-4, 4, 0.0)
+    assert gspo["loss_agg"] == "seq-mean-token-mean"
+    assert (cispo["policy_loss"], cispo["clip_low"], cispo["clip_high"], cispo["loss_agg"], cispo["kl_coef"]) == \
+        ("cispo", 1.0, 4.0, "token-mean", 0.0)

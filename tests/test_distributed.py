@@ -21,11 +21,13 @@ def run(cmd, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
-def test_two_processes_match_one(tmp_path, loss_agg):
-    run([sys.executable, str(SCRIPT), str(tmp_path / "single.pt"), loss_agg], tmp_path)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "ppo", "batch-std"])
+def test_two_processes_match_one(tmp_path, mode):
+    """Modes (tests/ddp_update.py): DAPO with either aggregation; PPO with its critic and whitened advantages and
+    GRPO with the batch std, whose statistics must be the whole batch's, not each process's share."""
+    run([sys.executable, str(SCRIPT), str(tmp_path / "single.pt"), mode], tmp_path)
     run([TORCHRUN, "--nproc_per_node", "2", "--master_port", "29517", str(SCRIPT), str(tmp_path / "ddp.pt"),
-         loss_agg], tmp_path)
+         mode], tmp_path)
     single = torch.load(tmp_path / "single.pt")
     ddp = torch.load(tmp_path / "ddp.pt")
     assert single["processes"] == 1 and ddp["processes"] == 2

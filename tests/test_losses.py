@@ -9,12 +9,15 @@ from minirl.losses import (
     AGGREGATION_MODES,
     aggregate,
     approx_kl,
+    cispo_loss,
     clipped_surrogate,
     entropy_from_logits,
+    importance_log_ratio,
     explained_variance,
     kl_penalty,
     masked_mean,
     masked_sum,
+    policy_loss,
     value_loss,
 )
 
@@ -239,3 +242,74 @@ def test_approx_kl():
     l = torch.tensor(0.5)
     want = (torch.exp(l) - 1 - l).item()
     assert approx_kl(torch.tensor([[0.5, 9.0]]), torch.zeros(1, 2), torch.tensor([[1, 0]])).item() == pytest.approx(want)
+
+
+# ----------------------------------------------------------------------------- after DAPO: GSPO and CISPO
+
+
+def test_sequence_ratio_is_the_geometric_mean_of_the_token_ratios():
+    """GSPO eq. 7 on numbers you can check by hand: token log-ratios 0.3, -0.1, 0.1 (and padding) -> 0.1."""
+    logp = torch.tensor([[-1.0, -2.0, -0.5, 9.0], [-1.0, -1.0, 0.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[-1.3, -1.9, -0.6, 0.0], [-1.2, -1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    seq = importance_log_ratio(logp, old, mask, "sequence")
+    close(seq, [[0.1] * 4, [0.1] * 4])  # every token of a row carries its row's mean (padding never leaks in)
+    tok = importance_log_ratio(logp, old, mask, "token")
+    close(torch.exp(seq[0, 0]), torch.exp(tok[0, :3]).prod() ** (1 / 3))
+    seq[0, 0].backward()  # d mean / d log pi_t = 1/|y| for the row's own tokens, 0 elsewhere
+    close(logp.grad, [[1 / 3, 1 / 3, 1 / 3, 0.0], [0.0, 0.0, 0.0, 0.0]])
+
+
+def test_gspo_clips_whole_answers():
+    """With the sequence ratio a row is clipped as a whole: all its tokens, or none."""
+    gen = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(6, 5, generator=gen)).requires_grad_(True)
+    old = logp.detach() + 0.02 * torch.randn(6, 5, generator=gen)
+    mask = torch.ones(6, 5)
+    A = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    loss, stats = clipped_surrogate(logp, old, A, 3e-4, 4e-4, mask=mask, ratio_level="sequence")
+    clipped = stats.clipped_low + stats.clipped_high  # (6, 5)
+    assert ((clipped.sum(1) == 0) | (clipped.sum(1) == 5)).all()
+    assert 0 < clipped[:, 0].sum() < 6  # these drifts clip some answers, not all
+    loss.sum().backward()
+    for row in range(6):  # a clipped answer gets no gradient at all; the others get theirs on every token
+        assert (logp.grad[row] == 0).all() == bool(clipped[row, 0])
+
+
+def test_cispo_keeps_the_gradient_the_clip_drops():
+    """Outside the band the clipped surrogate's gradient is 0; CISPO's is the capped weight times -A."""
+    logp = torch.log(torch.tensor([[0.5, 0.2, 0.9]])).requires_grad_(True)
+    old = torch.log(torch.tensor([[0.2, 0.2, 0.3]]))  # ratios 2.5, 1.0, 3.0
+    A = torch.tensor([1.0])
+    clip_loss, clip_stats = clipped_surrogate(logp, old, A, 0.2, 0.28)
+    (g_clip,) = torch.autograd.grad(clip_loss.sum(), logp)
+    close(g_clip, [[0.0, -1.0, 0.0]])  # ratios 2.5 and 3.0 are past 1.28: no gradient
+    cispo, stats = cispo_loss(logp, old, A, clip_low=1.0, clip_high=1.0)  # weights capped at 2
+    (g_cispo,) = torch.autograd.grad(cispo.sum(), logp)
+    close(g_cispo, [[-2.0, -1.0, -2.0]])  # every token keeps -w * A, with w = min(ratio, 2)
+    close(stats.clipped_high, [[1.0, 0.0, 1.0]])
+    close(cispo.detach(), -torch.tensor([[2.0, 1.0, 2.0]]) * logp.detach())  # loss = -sg(w) * A * log pi
+
+
+def test_cispo_weight_has_no_gradient_and_a_negative_advantage_pushes_down():
+    logp = torch.log(torch.tensor([[0.4, 0.1]])).requires_grad_(True)
+    old = torch.log(torch.tensor([[0.1, 0.1]]))  # ratios 4 and 1
+    loss, _ = cispo_loss(logp, old, torch.tensor([-1.0]), clip_low=1.0, clip_high=4.0)
+    (g,) = torch.autograd.grad(loss.sum(), logp)
+    close(g, [[4.0, 1.0]])  # descending the loss lowers log pi of both tokens, the off-policy one 4 times as much
+
+
+def test_policy_loss_chooses_and_refuses():
+    logp, old, A = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.2, -1.5]]), torch.tensor([0.5])
+    mask = torch.ones(1, 2)
+    close(policy_loss("clip", logp, old, A, mask, clip_low=0.2, clip_high=0.28)[0],
+          clipped_surrogate(logp, old, A, 0.2, 0.28)[0])
+    close(policy_loss("cispo", logp, old, A, mask, clip_low=1.0, clip_high=4.0)[0], cispo_loss(logp, old, A)[0])
+    with pytest.raises(ValueError, match="kind='gspo' is not allowed"):
+        policy_loss("gspo", logp, old, A, mask, clip_low=0.2, clip_high=0.2)
+    with pytest.raises(ValueError, match="dual_clip=3.0 is not allowed with kind='cispo'"):
+        policy_loss("cispo", logp, old, A, mask, clip_low=1.0, clip_high=4.0, dual_clip=3.0)
+    with pytest.raises(ValueError, match="level='sequence' needs a"):
+        importance_log_ratio(logp, old, None, "sequence")
+    with pytest.raises(ValueError, match="level='seq' is not allowed"):
+        importance_log_ratio(logp, old, mask, "seq")

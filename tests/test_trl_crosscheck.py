@@ -9,6 +9,9 @@
   3. log-probs and entropy on the tiny policy's logits and on random logits: minirl.rollout.completion_logprobs
      and minirl.losses.entropy_from_logits vs TRL's selective_log_softmax / entropy_from_logits
   4. two differences BENCHMARKS.md documents: all-equal groups, entropy of -inf logits
+  5. after DAPO: GSPO (importance_sampling_level="sequence", loss_type="grpo") and CISPO (loss_type="cispo") against
+     minirl.losses.policy_loss, value and gradient, with mutants (a flipped sign, a lost stop-gradient, a lost
+     length normaliser) that these checks must catch
 
 TRL's code is read from its installed source, taken out with `ast` and executed unchanged: `trl.trainer.utils` and
 `trl.trainer.grpo_trainer` import `datasets` and `pandas`, which `pip install trl --no-deps` leaves out (with them
@@ -150,7 +153,8 @@ def test_advantages_match_trl(dtype, rewards, scale, trl_utils):
 class StandInTrainer:
     """Just enough of a GRPOTrainer for its own _compute_loss to run on fixed tensors."""
 
-    def __init__(self, loss_type, eps_low, eps_high, beta, max_completion_length, grad_accum, logps, entropies):
+    def __init__(self, loss_type, eps_low, eps_high, beta, max_completion_length, grad_accum, logps, entropies,
+                 importance_sampling_level="token"):
         self.loss_type, self.epsilon_low, self.epsilon_high, self.beta = loss_type, eps_low, eps_high, beta
         self.max_completion_length = max_completion_length
         self.current_gradient_accumulation_steps = grad_accum
@@ -161,7 +165,8 @@ class StandInTrainer:
         self.model = types.SimpleNamespace(training=True)
         self.aux_loss_enabled = self.use_vllm = self.vllm_importance_sampling_correction = False
         self._entropy_bonus_enabled = False
-        self.top_entropy_quantile, self.off_policy_mask_threshold, self.importance_sampling_level = 1.0, None, "token"
+        self.top_entropy_quantile, self.off_policy_mask_threshold = 1.0, None
+        self.importance_sampling_level = importance_sampling_level
         self._metrics = defaultdict(lambda: defaultdict(list))
         self._logps, self._entropies = logps, entropies
 
@@ -189,11 +194,16 @@ def loss_inputs(dtype: torch.dtype) -> types.SimpleNamespace:
 
 
 @pytest.fixture(scope="module")
-def run_loss(trl_utils):
-    """minirl's loss and TRL's _compute_loss on the same micro-batches, once per case."""
+def trl_compute_loss(trl_utils):
+    """TRL's own `GRPOTrainer._compute_loss`, read from its installed source."""
     trl_namespace = extract(GRPO_PATH, {"_compute_loss"}, cls="GRPOTrainer")
     trl_namespace.update(nanmin=trl_utils["nanmin"], nanmax=trl_utils["nanmax"])
-    trl_compute_loss = trl_namespace["_compute_loss"]
+    return trl_namespace["_compute_loss"]
+
+
+@pytest.fixture(scope="module")
+def run_loss(trl_compute_loss):
+    """minirl's loss and TRL's _compute_loss on the same micro-batches, once per case."""
 
     @functools.cache
     def run(dtype: str, loss_type: str, eps_high: float, beta: float, micro_batches: int) -> types.SimpleNamespace:
@@ -357,3 +367,112 @@ def test_minus_inf_logits_entropy_finite_in_minirl_not_in_trl(trl_utils):
     z[..., :4] = float("-inf")  # e.g. a masked vocabulary
     assert torch.isfinite(L.entropy_from_logits(z)).all()
     assert not torch.isfinite(trl_utils["entropy_from_logits"](z)).all(), "BENCHMARKS.md § 4 needs updating"
+
+
+# ----------------------------------------------------------------------------- 5. after DAPO: GSPO and CISPO
+# (name, TRL loss_type, TRL importance_sampling_level, TRL (epsilon, epsilon_high), minirl policy_loss, ratio_level,
+#  (clip_low, clip_high), minirl aggregation). CISPO: TRL clamps the weight at epsilon_high itself, minirl at
+#  1 + clip_high, and has no lower bound (clip_low 1: weights from 0)
+AFTER_DAPO = {
+    "gspo-eps0.05": ("grpo", "sequence", (0.05, 0.05), "clip", "sequence", (0.05, 0.05), "seq-mean-token-mean"),
+    "gspo-eps0.2/0.28": ("grpo", "sequence", (0.2, 0.28), "clip", "sequence", (0.2, 0.28), "seq-mean-token-mean"),
+    "cispo-max5": ("cispo", "token", (0.2, 5.0), "cispo", "token", (1.0, 4.0), "token-mean"),
+    "cispo-max1.2": ("cispo", "token", (0.2, 1.2), "cispo", "token", (1.0, 0.2), "token-mean"),
+}
+
+
+def minirl_after_dapo(x, rows, lp, name, beta, total_tokens, mutant=None):
+    """minirl's loss on the micro-batch `rows`, as step.learn computes it (a mutant changes one detail)."""
+    _, _, _, kind, level, (low, high), agg = AFTER_DAPO[name]
+    m = x.mask[rows]
+    if mutant is None:
+        pg, clip = L.policy_loss(kind, lp[rows], x.old[rows], x.adv[rows], m, clip_low=low, clip_high=high,
+                                 ratio_level=level)
+    elif mutant == "cispo without stop-gradient":  # the weight's own gradient leaks in
+        ratio = torch.exp(lp[rows] - x.old[rows]).clamp(1 - low, 1 + high)
+        pg, clip = -ratio * x.adv[rows][:, None] * lp[rows], None
+    elif mutant == "cispo with a flipped sign":
+        pg, clip = L.cispo_loss(lp[rows], x.old[rows], -x.adv[rows], low, high)
+    elif mutant == "gspo without the length normaliser":  # the summed log-ratio, as for a whole-sequence ratio
+        log_ratio = L.masked_sum(lp[rows] - x.old[rows], m, dim=1)[:, None].expand_as(lp[rows])
+        ratio = torch.exp(log_ratio)
+        A = x.adv[rows][:, None]
+        pg, clip = torch.maximum(-ratio * A, -ratio.clamp(1 - low, 1 + high) * A), None
+    tokens = pg + beta * L.kl_penalty(lp[rows], x.ref[rows], "k3") if beta else pg
+    return L.aggregate(tokens, m, agg, num_tokens=total_tokens.clamp(min=1), num_seqs=B,
+                       max_len=MAX_COMPLETION_LENGTH), clip
+
+
+@pytest.fixture(scope="module")
+def run_after_dapo(trl_compute_loss):
+
+    @functools.cache
+    def run(dtype: str, name: str, beta: float, micro_batches: int, mutant: str | None = None):
+        loss_type, level, (eps, eps_high), *_ = AFTER_DAPO[name]
+        x = loss_inputs(DTYPES[dtype])
+        total_tokens = x.mask.sum()
+        lp_trl, lp_minirl = x.logp.clone().requires_grad_(True), x.logp.clone().requires_grad_(True)
+        trl_loss = minirl_loss = 0.0
+        for rows in torch.arange(B).chunk(micro_batches):
+            m = x.mask[rows]
+            trainer = StandInTrainer(loss_type, eps, eps_high, beta, MAX_COMPLETION_LENGTH, micro_batches,
+                                     lp_trl[rows], x.entropies[rows], importance_sampling_level=level)
+            inputs = {"prompt_ids": torch.ones(len(rows), 1, dtype=torch.long),
+                      "prompt_mask": torch.ones(len(rows), 1, dtype=torch.long),
+                      "completion_ids": torch.ones(len(rows), T, dtype=torch.long), "completion_mask": m,
+                      "advantages": x.adv[rows], "old_per_token_logps": x.old[rows],
+                      "ref_per_token_logps": x.ref[rows], "num_items_in_batch": total_tokens}
+            trl_loss = trl_loss + trl_compute_loss(trainer, None, inputs)
+            loss, clip = minirl_after_dapo(x, rows, lp_minirl, name, beta, total_tokens, mutant)
+            minirl_loss = minirl_loss + loss
+        trl_loss.backward()
+        minirl_loss.backward()
+        return types.SimpleNamespace(minirl_loss=minirl_loss.detach(), trl_loss=trl_loss.detach(),
+                                     minirl_grad=lp_minirl.grad, trl_grad=lp_trl.grad, clip=clip, mask=m,
+                                     trl_metrics=trainer._metrics["train"])
+
+    return run
+
+
+AFTER_DAPO_CASES = [pytest.param((dtype, name, beta, micro), id=f"{dtype}-{name}-beta{beta:g}-{micro}micro")
+                    for dtype in DTYPES for name in AFTER_DAPO for beta in (0.0, 0.04) for micro in (1, 2)]
+
+
+@pytest.mark.parametrize("case", AFTER_DAPO_CASES)
+def test_gspo_and_cispo_loss_match_trl(case, run_after_dapo):
+    run = run_after_dapo(*case)
+    assert_close(run.minirl_loss, run.trl_loss, f"loss of {case[1]}", rel_tol(run.trl_loss))
+
+
+@pytest.mark.parametrize("case", AFTER_DAPO_CASES)
+def test_gspo_and_cispo_gradient_match_trl(case, run_after_dapo):
+    run = run_after_dapo(*case)
+    assert_close(run.minirl_grad, run.trl_grad, f"d loss / d logp of {case[1]}", rel_tol(run.trl_grad))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", AFTER_DAPO)
+def test_gspo_and_cispo_clip_fractions_match_trl(name, dtype, run_after_dapo):
+    """The share of tokens (CISPO) or of sequences (GSPO) whose weight or ratio was clipped, as TRL logs it."""
+    run = run_after_dapo(dtype, name, 0.0, 1)
+    if name.startswith("cispo"):
+        got, expected = L.masked_mean(run.clip.clipped_high, run.mask), run.trl_metrics["cispo_clip_ratio"][-1]
+    else:  # at the sequence level TRL logs the share of sequences (every row), minirl's metric the share of tokens
+        got = torch.stack([run.clip.clipped_low[:, 0].mean(), run.clip.clipped_high[:, 0].mean()])
+        expected = [run.trl_metrics["clip_ratio/low_mean"][-1], run.trl_metrics["clip_ratio/high_mean"][-1]]
+    assert_close(got, expected, f"clip fraction of {name}")
+    if name != "cispo-max5":  # these inputs' ratios stay below 5: the weight is never capped there
+        assert 0 < float(torch.as_tensor(expected).sum()) < 1, f"{name}: the inputs must clip some tokens, not all"
+
+
+MUTANTS = [("cispo-max1.2", "cispo without stop-gradient"), ("cispo-max5", "cispo with a flipped sign"),
+           ("gspo-eps0.2/0.28", "gspo without the length normaliser")]
+
+
+@pytest.mark.parametrize("name, mutant", MUTANTS, ids=[m for _, m in MUTANTS])
+def test_each_mutant_is_caught(name, mutant, run_after_dapo):
+    """Negative controls: a changed sign, stop-gradient or normaliser must move the loss or its gradient beyond
+    the tolerance, or the checks above prove nothing."""
+    run = run_after_dapo("float64", name, 0.0, 1, mutant)
+    gap = max((run.minirl_loss - run.trl_loss).abs().item(), (run.minirl_grad - run.trl_grad).abs().max().item())
+    assert gap > 1e-3, f"the mutant '{mutant}' agrees with TRL to {gap:.2e}: the check cannot see it"

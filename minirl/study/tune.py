@@ -45,7 +45,7 @@ from ..tasks import get_task, task_budget, task_identity
 GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)  # a log grid up to "collapses" for every preset; `extensions` adds points
 #                                        below it for a preset that is still best at 1e-5
 SEEDS = (100, 101, 102)  # no final comparison uses these (compare: 0, the studies: 10 and up)
-ALGOS = {"compact": ("ppo", "grpo", "dapo", "dapo_nods", "dr_grpo", "rloo"),
+ALGOS = {"compact": ("ppo", "grpo", "dapo", "dapo_nods", "dr_grpo", "rloo", "gspo", "cispo"),
          "worked": ("ppo", "grpo", "dapo", "dapo_nods")}
 EVAL_N, EVAL_K = 200, 4  # validation problems per evaluation, and samples of each (pass@1 from 4)
 RESULTS = Path(__file__).resolve().parents[1] / "assets" / "sweeps" / "lr_tuning.json"
