@@ -218,7 +218,7 @@ def scores(course: Path, student: str) -> dict[str, dict]:
 def nbgrader_run(tmp_path_factory):
     """generate_assignment once; then autograde the solutions, autograde the blank exercises and validate the
     filled release, side by side. Returns what the assertions read."""
-    assert len(SOLUTIONS) >= 7
+    assert len(SOLUTIONS) >= 8
     root = tmp_path_factory.mktemp("nbgrader")
     env = isolated_env(root / "home")
     course = new_course(root)

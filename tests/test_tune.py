@@ -90,3 +90,16 @@ def test_a_preset_still_best_at_the_lowest_point_gets_one_below_it():
     assert tune.extensions(jobs, records[:-1]) == [tune.Job("worked", "ppo", 3e-6, 1), tune.Job("worked", "ppo", 3e-6, 2)]
     assert tune.extensions(jobs, records[1:]) == []  # a seed of ppo is missing: not decided yet
     assert [tune.lower(x) for x in (1e-5, 3e-6, 3e-5, 1e-3)] == [3e-6, 1e-6, 1e-5, 3e-4]
+
+
+def test_the_wall_clock_counts_busy_time_and_leaves_out_breaks_between_sittings(tmp_path):
+    """Two overlapping runs (10:00-10:10, 10:05-10:20), then a day's break, then one run of 5 minutes: 25 minutes."""
+    spans = [("2026-12-06T10:00:00", "2026-12-06T10:10:00"), ("2026-12-06T10:05:00", "2026-12-06T10:20:00"),
+             ("2026-12-07T09:00:00", "2026-12-07T09:05:00")]
+    dirs = []
+    for i, (start, end) in enumerate(spans):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "meta.json").write_text(json.dumps({"started_at": start, "ended_at": end}))
+        dirs.append(tmp_path / str(i))
+    assert tune.wall_clock(dirs) == 25 * 60
+    assert tune.wall_clock([tmp_path / "missing"]) is None

@@ -242,18 +242,26 @@ def draw(summary: dict, path: Path) -> None:
 
 
 def wall_clock(run_dirs: list[Path]) -> float | None:
-    """Seconds from the first run's start to the last run's end (run meta.json); spans breaks between sittings."""
+    """Seconds in which at least one run was training (the union of the runs' start-end intervals from meta.json):
+    the sweep's wall clock, summed over sittings, without the breaks between them."""
     import datetime
 
-    starts, ends = [], []
+    spans = []
     for run_dir in run_dirs:
         meta = run_dir / "meta.json"
         if meta.is_file():
             m = json.loads(meta.read_text())
             if m.get("started_at") and m.get("ended_at"):
-                starts.append(datetime.datetime.fromisoformat(m["started_at"]))
-                ends.append(datetime.datetime.fromisoformat(m["ended_at"]))
-    return (max(ends) - min(starts)).total_seconds() if starts else None
+                spans.append((datetime.datetime.fromisoformat(m["started_at"]),
+                              datetime.datetime.fromisoformat(m["ended_at"])))
+    if not spans:
+        return None
+    total, (start, end) = 0.0, sorted(spans)[0]
+    for s, e in sorted(spans)[1:]:
+        if s > end:  # a gap: close the busy interval so far
+            total, start = total + (end - start).total_seconds(), s
+        end = max(end, e)
+    return total + (end - start).total_seconds()
 
 
 def write_report(tasks: list[str], out: Path, seconds: float | None = None, smoke: bool = False,
@@ -289,8 +297,8 @@ def write_report(tasks: list[str], out: Path, seconds: float | None = None, smok
              "where most seeds collapsed (diverged, gave up, or ended below the base policy); a run that stopped early "
              "counts as 0. `config.TUNED_LR` holds "
              f"the chosen values. {len(records)} runs, {total / 60:.0f} minutes of training summed over runs"
-             + ("" if seconds is None else f", {seconds / 60:.0f} minutes of wall clock from the first run's start to "
-                "the last one's end, breaks between sittings included") + f" ({record['machine']}; "
+             + ("" if seconds is None else f", {seconds / 60:.0f} minutes of wall clock in which at least one run was "
+                "training (summed over sittings, breaks between them left out)") + f" ({record['machine']}; "
              f"timings are noisy). The runs came from code version(s) {', '.join(record['run_code_versions'])}.", "",
              "![sweep](lr_sweep.png)", ""]
     for task, algos in summary.items():
