@@ -224,3 +224,19 @@ def test_pilot_on_the_worked_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch)
     assert record["scale"] == "worked-smoke"
     meta = json.loads(next((out / "runs").glob("*/meta.json")).read_text())
     assert meta["policy"] == "minirl/tiny-steps" and "countdown-worked" in meta["task"]
+
+
+def test_the_tuned_scale_starts_each_preset_at_its_tuned_learning_rate_on_the_shipped_policy():
+    """The scale of the new study (issue 33): tiny-worked, the task's budget and validation split, TUNED_LR."""
+    from minirl.config import tuned_lr
+    from minirl.tasks import WorkedCountdown
+
+    tuned = SCALES["tuned"]
+    assert tuned.model is None and tuned.budget() == {"max_new_tokens": 80, "overlong_cache": 32}
+    drawn = Point("grpo", "grpo").task(tuned).problems("train", 20, seed=3)
+    assert drawn == WorkedCountdown().problems("train", 20, seed=3)  # the validation split is left out
+    assert not set(tuned.seeds(8)) & {0, *range(10, 15), 100, 101, 102}  # compare, the old study, the sweep
+    for label, name in (("grpo", "grpo"), ("ppo", "ppo"), ("dapo", "dapo"), ("dapo-noDS", "dapo_nods")):
+        assert Point(label, label).config(tuned, 20).lr == tuned_lr(name, "worked")
+        assert Point(label, label, {"lr_x": 3.0}).config(tuned, 20).lr == pytest.approx(3 * tuned_lr(name, "worked"))
+    assert Point("grpo", "grpo").config(SCALES["worked"], 10).lr == 1e-4  # the registered study keeps its one lr

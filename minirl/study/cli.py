@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from finished runs")
-    parser.add_argument("--pilot", action="store_true", help="size the study: GRPO, PPO, DAPO x --seeds, paired "
+    parser.add_argument("--pilot", action="store_true", help="size the study: GRPO, PPO, DAPO, DAPO-noDS x --seeds, paired "
                         "differences and minimum detectable effects (pilot.py); no report")
     args = parser.parse_args(argv)
     claims = list(CLAIMS) if args.only is None else [c.strip() for c in args.only.split(",") if c.strip()]

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..config import RLConfig
+from ..config import RLConfig, tuned_lr
 from ..tasks import get_task, task_budget
 
 
@@ -30,6 +30,7 @@ class Scale:
     batch_size: int = 8  # prompts per step for the group methods (PPO: batch_size * group_size prompts, G = 1)
     group_size: int = 8  # completions per prompt (G) unless a claim varies it
     lr: float = 1e-4  # base learning rate; H7 sweeps 0.3x .. 10x of it
+    tuned_lr: bool = False  # True: each preset starts at its tuned learning rate on `task` (config.TUNED_LR), not `lr`
     max_new_tokens: int | None = None  # completion limit; None: the task's budget (tasks.task_budget)
     prompt_style: str = "compact"  # Countdown prompt: "compact" for the tiny policy, "chat" for instruct models
     mixed_precision: str = "no"  # "bf16" on a GPU
@@ -80,10 +81,18 @@ SCALES = {
                     shift_n=500, seed0=10, max_new_tokens=64, val_fraction=0.0),
     # The paper-sized experiment on one GPU: an instruct model, natural-language prompts with <answer> tags,
     # long completions, a small learning rate as for 1B-class models, bf16. Not run by us (no GPU here).
+    # The worked-steps task as the tuning sweep left it (the new study, issue 33): the shipped tiny-worked policy, the
+    # task's budget (80 tokens, L_cache 32) and validation split, each preset at its tuned learning rate; the final
+    # evaluation as in "worked". Seeds from 20: no tuning run (100-102), compare (0) or earlier study (10-14) used them.
+    "tuned": Scale("tuned", task="worked", steps=100, eval_every=50, eval_n=1158, eval_k=4, shift_n=500, seed0=20,
+                   tuned_lr=True),
     "gpu": Scale("gpu", model="Qwen/Qwen2.5-0.5B-Instruct", steps=200, eval_every=50, eval_n=200, batch_size=16,
                  group_size=8, lr=1e-6, prompt_style="chat", mixed_precision="bf16",
                  micro_batch_size=16, dtype="float32"),  # fp32 weights + bf16 autocast: bf16 weights lose 1e-6 updates
 }
+
+
+TUNED_NAMES = {"dapo-noDS": "dapo_nods"}  # a point's preset label -> its name in config.TUNED_LR
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,8 @@ class Point:
 
     def config(self, scale: Scale, seed: int) -> RLConfig:
         over = dict(self.overrides)
-        lr = scale.lr * over.pop("lr_x", 1.0)
+        start = tuned_lr(TUNED_NAMES.get(self.preset, self.preset), scale.task) if scale.tuned_lr else scale.lr
+        lr = start * over.pop("lr_x", 1.0)
         preset, extra = (("dapo", {"dynamic_sampling": False}) if self.preset == "dapo-noDS" else (self.preset, {}))
         group = over.pop("group_size", scale.group_size)
         shape = (dict(batch_size=scale.batch_size * group, group_size=1) if preset == "ppo"  # same completions per step
