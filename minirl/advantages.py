@@ -193,6 +193,7 @@ def _mean_var(x: Tensor, m: Tensor, reduce=None, correction: int = 1) -> tuple[T
     return mean, var
 
 
+@torch.no_grad()
 def whiten(values: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8, reduce=None) -> Tensor:
     """Normalise `values` to zero mean and unit variance over the valid (mask = 1) entries.
 

@@ -64,6 +64,9 @@ def importance_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor | 
     """
     if level not in RATIO_LEVELS:
         raise ValueError(f"level={level!r} is not allowed; choose one of {RATIO_LEVELS}")
+    if logprobs.shape != old_logprobs.shape:  # broadcasting would pair the wrong tokens silently
+        raise ValueError(f"logprobs and old_logprobs must have the same shape, got {tuple(logprobs.shape)} and "
+                         f"{tuple(old_logprobs.shape)}")
     log_ratio = logprobs - old_logprobs.detach()  # (B, T)
     if level == "token":
         return log_ratio
@@ -133,15 +136,9 @@ def clipped_surrogate(
         raise ValueError(f"clip_high={clip_high!r} is not allowed; it must be > 0")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip={dual_clip!r} is not allowed; it must be > 1 or None")
-    if logprobs.shape != old_logprobs.shape:
-        raise ValueError(
-            f"logprobs and old_logprobs must have the same shape, got "
-            f"{tuple(logprobs.shape)} and {tuple(old_logprobs.shape)}"
-        )
-    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
-
     log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, ratio_level)  # (B, T)
     log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
     unclipped = -ratio * A  # (B, T)
     clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * A  # (B, T), no grad outside the range
@@ -192,13 +189,8 @@ def cispo_loss(
         raise ValueError(f"clip_low={clip_low!r} is not allowed; it must be in (0, 1]")
     if not clip_high > 0.0:
         raise ValueError(f"clip_high={clip_high!r} is not allowed; it must be > 0")
-    if logprobs.shape != old_logprobs.shape:
-        raise ValueError(
-            f"logprobs and old_logprobs must have the same shape, got "
-            f"{tuple(logprobs.shape)} and {tuple(old_logprobs.shape)}"
-        )
-    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
     log_ratio = importance_log_ratio(logprobs.detach(), old_logprobs, mask, ratio_level)  # (B, T), no grad
+    A = _per_token_advantages(advantages, logprobs)  # (B, 1) or (B, T)
     ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T)
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T), a constant: the gradient flows through logpi
     loss = -weight * A * logprobs  # (B, T)

@@ -103,6 +103,8 @@ def to_trl(config: RLConfig, num_processes: int = 1) -> dict:
         refuse("whiten_advantages", "GRPOTrainer does not whiten advantages")
     if config.kl_coef > 0 and config.kl_estimator != "k3":
         refuse("kl_estimator", "GRPOTrainer's KL term is k3")
+    if config.kl_coef > 0 and config.kl_placement != "loss":
+        refuse("kl_placement", "GRPOTrainer adds its KL term to the loss, not to the reward")
     if config.dynamic_sampling:
         refuse("dynamic_sampling", "GRPOTrainer keeps every group; verl's DAPO recipe has filter_groups")
     if config.overlong_punishment:

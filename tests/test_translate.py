@@ -95,3 +95,10 @@ def test_trl_trains_the_shipped_policy_with_a_translated_config(tmp_path):
     assert trainer.state.global_step == 2
     assert any((a - b).abs().max() > 0 for a, b in zip(policy.model.parameters(), before))
     assert any("cispo_clip_ratio" in row for row in trainer.state.log_history)
+
+
+def test_a_kl_term_in_the_reward_is_refused():
+    """GRPOTrainer's KL is a loss term: a GRPO config with the KL in the reward would translate into another run."""
+    with pytest.raises(ConfigError, match="kl_placement='reward'"):
+        to_trl(RLConfig.preset("grpo", kl_placement="reward"))
+    assert to_trl(RLConfig.preset("grpo"))["beta"] == 0.04  # in the loss, as the preset has it

@@ -193,6 +193,15 @@ def loss_inputs(dtype: torch.dtype) -> types.SimpleNamespace:
     return types.SimpleNamespace(logp=logp, old=old, ref=ref, adv=adv, mask=mask, entropies=entropies)
 
 
+def trl_inputs(x, rows: torch.Tensor, total_tokens: torch.Tensor) -> dict:
+    """The `inputs` that GRPOTrainer._compute_loss reads, for the micro-batch `rows` of `loss_inputs`' tensors."""
+    return {"prompt_ids": torch.ones(len(rows), 1, dtype=torch.long),
+            "prompt_mask": torch.ones(len(rows), 1, dtype=torch.long),
+            "completion_ids": torch.ones(len(rows), T, dtype=torch.long), "completion_mask": x.mask[rows],
+            "advantages": x.adv[rows], "old_per_token_logps": x.old[rows], "ref_per_token_logps": x.ref[rows],
+            "num_items_in_batch": total_tokens}
+
+
 @pytest.fixture(scope="module")
 def trl_compute_loss(trl_utils):
     """TRL's own `GRPOTrainer._compute_loss`, read from its installed source."""
@@ -215,12 +224,7 @@ def run_loss(trl_compute_loss):
             m = x.mask[rows]
             trainer = StandInTrainer(loss_type, 0.2, eps_high, beta, MAX_COMPLETION_LENGTH, micro_batches,
                                      lp_trl[rows], x.entropies[rows])
-            inputs = {"prompt_ids": torch.ones(len(rows), 1, dtype=torch.long),
-                      "prompt_mask": torch.ones(len(rows), 1, dtype=torch.long),
-                      "completion_ids": torch.ones(len(rows), T, dtype=torch.long), "completion_mask": m,
-                      "advantages": x.adv[rows], "old_per_token_logps": x.old[rows],
-                      "ref_per_token_logps": x.ref[rows], "num_items_in_batch": total_tokens}
-            trl_loss = trl_loss + trl_compute_loss(trainer, None, inputs)
+            trl_loss = trl_loss + trl_compute_loss(trainer, None, trl_inputs(x, rows, total_tokens))
             # minirl: the per-token loss and aggregation of step.learn, with the step's totals
             pg, clip = L.clipped_surrogate(lp_minirl[rows], x.old[rows], x.adv[rows], 0.2, eps_high)
             tokens = pg + beta * L.kl_penalty(lp_minirl[rows], x.ref[rows], "k3") if beta else pg
@@ -417,12 +421,7 @@ def run_after_dapo(trl_compute_loss):
             m = x.mask[rows]
             trainer = StandInTrainer(loss_type, eps, eps_high, beta, MAX_COMPLETION_LENGTH, micro_batches,
                                      lp_trl[rows], x.entropies[rows], importance_sampling_level=level)
-            inputs = {"prompt_ids": torch.ones(len(rows), 1, dtype=torch.long),
-                      "prompt_mask": torch.ones(len(rows), 1, dtype=torch.long),
-                      "completion_ids": torch.ones(len(rows), T, dtype=torch.long), "completion_mask": m,
-                      "advantages": x.adv[rows], "old_per_token_logps": x.old[rows],
-                      "ref_per_token_logps": x.ref[rows], "num_items_in_batch": total_tokens}
-            trl_loss = trl_loss + trl_compute_loss(trainer, None, inputs)
+            trl_loss = trl_loss + trl_compute_loss(trainer, None, trl_inputs(x, rows, total_tokens))
             loss, clip = minirl_after_dapo(x, rows, lp_minirl, name, beta, total_tokens, mutant)
             minirl_loss = minirl_loss + loss
         trl_loss.backward()
