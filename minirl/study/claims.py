@@ -27,10 +27,13 @@ from .power import compare
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(name: str, title: str, expectation: str, points, tests: int, figure: tuple[str, ...], x: str = "step"):
-    """Register the decorated verdict rule as claim `name`: its points, the number of tests it makes, its figure."""
+def claim(name: str, title: str, expectation: str, points, tests: int, figure: tuple[str, ...], x: str = "step",
+          registry: dict | None = None):
+    """Register the decorated verdict rule as claim `name` of `registry` (default CLAIMS, the registered worked
+    study's): its points, the number of tests it makes, its figure."""
     def register(rule):
-        CLAIMS[name] = Claim(name, title, expectation, tuple(points), rule, figure, x, tests)
+        (CLAIMS if registry is None else registry)[name] = Claim(name, title, expectation, tuple(points), rule,
+                                                                  figure, x, tests)
         return rule
     return register
 
@@ -40,10 +43,13 @@ def count_tests(claims) -> int:
     return sum(CLAIMS[c].tests for c in claims)
 
 
-def test(name: str, metric: str, a: list[float], b: list[float], m: int, scale: float = 100.0,
+def test(name: str, metric: str, a: list[float], b: list[float], m, scale: float = 100.0,
          unit: str = "points") -> dict:
-    """One paired test b - a, labelled for the table; `scale` turns the metric into `unit` (100: points)."""
-    return {"name": name, "metric": metric, "scale": scale, "unit": unit, **compare(a, b, m)}
+    """One paired test b - a, labelled for the table; `scale` turns the metric into `unit` (100: points).
+    m: the Bonferroni divisor of every test, or a function of "name: metric" giving this test's divisor (Holm's
+    step-down correction, claims_tuned.py)."""
+    tests = m(f"{name}: {metric}") if callable(m) else m
+    return {"name": name, "metric": metric, "scale": scale, "unit": unit, **compare(a, b, tests)}
 
 
 def show(t: dict) -> str:

@@ -10,8 +10,11 @@ core changes, every key changes and the study trains again: results always come 
 
 from __future__ import annotations
 
+import concurrent.futures
+import datetime
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -107,6 +110,7 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
     if path.exists():  # a run that was killed before its final evaluation: start it again
         shutil.rmtree(path)
     policy = load_base_policy(scale, device)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     error = None
     try:
@@ -120,7 +124,8 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
               "code_version": code_version(), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "train_seconds": Run.load(path).meta.get("seconds", seconds),
-              "eval_seconds": round(time.perf_counter() - t_eval, 1), "final": final}
+              "eval_seconds": round(time.perf_counter() - t_eval, 1), "started_at": started,
+              "ended_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "final": final}
     _write_atomic(path / STUDY_FILE, json.dumps(record, indent=1, allow_nan=False) + "\n")
     if verbose:
         f = record["final"]
@@ -131,13 +136,14 @@ def run_point(point: Point, scale: Scale, seed: int, runs_root: Path, device: st
     return path
 
 
-def plan(claims: list[str], scale: Scale, seeds: int) -> list[tuple[Point, int]]:
-    """Every (point, seed) the claims need, seed by seed (so an early stop still covers every claim), without
-    repeating a configuration two claims share (H4's GRPO is H1's GRPO G=8, ...)."""
+def plan(claims: list[str], scale: Scale, seeds: int, registry: dict | None = None) -> list[tuple[Point, int]]:
+    """Every (point, seed) the claims of `registry` (default CLAIMS) need, seed by seed (so an early stop still
+    covers every claim), without repeating a configuration two claims share (H4's GRPO is H1's GRPO G=8, ...)."""
+    registry = CLAIMS if registry is None else registry
     jobs, seen = [], {}
     for seed in scale.seeds(seeds):
         for name in claims:
-            for point in CLAIMS[name].points:
+            for point in registry[name].points:
                 folder = run_folder(point, scale, seed, Path())
                 if folder in seen and seen[folder].transfer != point.transfer:
                     raise ValueError(f"points {seen[folder].label!r} and {point.label!r} train the same run but "
@@ -148,15 +154,32 @@ def plan(claims: list[str], scale: Scale, seeds: int) -> list[tuple[Point, int]]
     return jobs
 
 
-def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: str | None = None) -> float:
-    """Run every job of `claims` that has not finished yet, one at a time; return the seconds spent."""
-    jobs = plan(claims, scale, seeds)
+def _one_thread_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: str | None = None,
+              registry: dict | None = None, jobs: int = 1) -> float:
+    """Run every job of `claims` that has not finished yet; return the seconds spent. jobs=1: one at a time with
+    the process's threads; jobs > 1: that many side by side with one torch thread each (on a 2-core CPU two
+    one-thread runs finish sooner than the same two one after the other with two threads; BENCHMARKS.md)."""
+    todo = [(point, seed) for point, seed in plan(claims, scale, seeds, registry)
+            if not (run_folder(point, scale, seed, Path(out) / "runs") / STUDY_FILE).is_file()]
+    total = len(plan(claims, scale, seeds, registry))
     t0 = time.perf_counter()
-    print(f"study: {len(jobs)} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name})", flush=True)
-    for i, (point, seed) in enumerate(jobs, 1):
-        if not (run_folder(point, scale, seed, Path(out) / "runs") / STUDY_FILE).is_file():
-            print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:6.0f} s]", end="", flush=True)
+    print(f"study: {total} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name}), {len(todo)} to train",
+          flush=True)
+    if jobs <= 1:
+        for i, (point, seed) in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)} {time.perf_counter() - t0:6.0f} s]", end="", flush=True)
             run_point(point, scale, seed, Path(out) / "runs", device)
+    else:
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no forked torch state
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread_worker) as pool:
+            futures = [pool.submit(run_point, point, scale, seed, Path(out) / "runs", device) for point, seed in todo]
+            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                future.result()  # a crash (not a collapse: those are results) stops the study here
+                print(f"[{i}/{len(todo)} done, {time.perf_counter() - t0:6.0f} s]", flush=True)
     seconds = time.perf_counter() - t0
     print(f"study: done in {seconds:.0f} s", flush=True)
     return seconds

@@ -84,3 +84,27 @@ def compare(a: list[float], b: list[float], tests: int, alpha: float = 0.05, pow
     ok = math.isfinite(out["mean"]) and math.isfinite(out["bar"])
     out["sign"] = 0 if not ok else 1 if out["mean"] > out["bar"] else -1 if out["mean"] < -out["bar"] else 0
     return out
+
+
+def p_value(mean: float, se: float, n: int) -> float:
+    """Two-sided p of a paired t-test: P(|T| >= |mean| / se) with n - 1 degrees of freedom (NaN below 2 seeds)."""
+    if n < 2 or not (math.isfinite(mean) and math.isfinite(se)):
+        return math.nan
+    if se == 0:
+        return 0.0 if mean != 0 else 1.0
+    return 2 * (1 - _t_cdf(abs(mean) / se, n - 1))
+
+
+def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, int]:
+    """Holm's step-down correction (Holm 1979) over one family of tests, as a Bonferroni divisor per test.
+
+    Sort the m p-values; the k-th smallest (k = 1..m) is clear when it and every smaller one pass
+    p_(j) < alpha / (m - j + 1). The divisor m - min(k, k0) + 1, with k0 the first rank that fails, reproduces
+    that: a test ranked after the first failure is judged at the failed rank's level, which its larger p cannot
+    pass. compare(a, b, tests=divisor) then gives the same sign as the step-down procedure. NaN p-values sort last.
+    """
+    m = len(p_values)
+    order = sorted(p_values, key=lambda k: (not math.isfinite(p_values[k]), p_values[k]))
+    first_fail = next((k for k, name in enumerate(order, 1)
+                       if not p_values[name] < alpha / (m - k + 1)), m + 1)
+    return {name: m - min(k, first_fail) + 1 for k, name in enumerate(order, 1)}
