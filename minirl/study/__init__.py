@@ -9,12 +9,14 @@ policy with the same seed list, one run at a time:
     python -m minirl study --task compact          # the same claims on the compact task (the older study)
     python -m minirl study --pilot --seeds 2       # size a study: paired sds and minimum detectable effects
     python -m minirl study --scale gpu --model Qwen/Qwen2.5-0.5B-Instruct --device cuda   # a real model
+    python -m minirl study --registration tuned    # the second study: the tuning findings at tuned lrs (L, B, C, R)
 
 Every (point, seed) is a run folder `<out>/runs/<run_key>` with its final evaluation in `study.json`; a killed
 study continues with the first run that has none. The report: results/<claim>.json, figures/<claim>.png (training
 curves) and <claim>_paired.png (per-seed differences), STUDY.md. The files, in import order: points.py (Scale,
-Point, Claim), power.py (paired t-tests, MDE), claims.py (each claim with its points, tests and rule), jobs.py
-(the runs), report.py, pilot.py, cli.py.
+Point, Claim), power.py (paired t-tests, MDE, Holm), claims.py (each claim with its points, tests and rule), jobs.py
+(the runs), report.py, pilot.py, cli.py; the second registration: claims_tuned.py, report_tuned.py and
+sizing_tuned.py (its predicted MDEs).
 """
 
 from .claims import CLAIMS, claim

@@ -241,6 +241,19 @@ def draw(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def busy_seconds(spans: list[tuple]) -> float | None:
+    """Seconds covered by at least one of the (start, end) datetime intervals: their union's length, so breaks
+    between sittings are left out and runs side by side count once."""
+    if not spans:
+        return None
+    total, (start, end) = 0.0, sorted(spans)[0]
+    for s, e in sorted(spans)[1:]:
+        if s > end:  # a gap: close the busy interval so far
+            total, start = total + (end - start).total_seconds(), s
+        end = max(end, e)
+    return total + (end - start).total_seconds()
+
+
 def wall_clock(run_dirs: list[Path]) -> float | None:
     """Seconds in which at least one run was training (the union of the runs' start-end intervals from meta.json):
     the sweep's wall clock, summed over sittings, without the breaks between them."""
@@ -254,14 +267,7 @@ def wall_clock(run_dirs: list[Path]) -> float | None:
             if m.get("started_at") and m.get("ended_at"):
                 spans.append((datetime.datetime.fromisoformat(m["started_at"]),
                               datetime.datetime.fromisoformat(m["ended_at"])))
-    if not spans:
-        return None
-    total, (start, end) = 0.0, sorted(spans)[0]
-    for s, e in sorted(spans)[1:]:
-        if s > end:  # a gap: close the busy interval so far
-            total, start = total + (end - start).total_seconds(), s
-        end = max(end, e)
-    return total + (end - start).total_seconds()
+    return busy_seconds(spans)
 
 
 def write_report(tasks: list[str], out: Path, seconds: float | None = None, smoke: bool = False,
