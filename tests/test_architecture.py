@@ -51,8 +51,10 @@ def test_every_subpackage_is_the_core_or_a_wing():
 
 
 def test_the_study_imports_in_one_direction():
-    """points, power <- claims <- jobs <- report <- pilot <- cli: no module imports one that comes after it."""
-    order = ["points", "power", "claims", "jobs", "report", "pilot", "cli"]
+    """points, power <- claims <- claims_tuned <- jobs <- report <- tune <- report_tuned <- sizing_tuned <- pilot
+    <- cli: no module imports one that comes after it."""
+    order = ["points", "power", "claims", "claims_tuned", "jobs", "report", "tune", "report_tuned", "sizing_tuned",
+             "pilot", "cli"]
     for i, name in enumerate(order):
         imports = {m.split(".")[2] for m in imported_modules(PACKAGE / "study" / f"{name}.py")
                    if m.startswith("minirl.study.") and m.split(".")[2] in order}

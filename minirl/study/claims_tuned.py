@@ -94,7 +94,7 @@ L_ORDER = ("ppo", "dapo", "grpo")  # the article: PPO tolerates the widest range
 
 @claim("L", "Learning-rate sensitivity", "each algorithm's stable band (learning rates within 3 points of its "
        "best held-out pass@1) is widest for PPO, then DAPO, then GRPO; the collapse points are reported",
-       [_lr_point(a, lr) for a in L_ORDER for lr in GRID], tests=3, figure=("reward/correct", "entropy", "kl_old"),
+       [_lr_point(a, lr) for a in L_ORDER for lr in GRID], tests=3, figure=("reward/correct", "entropy", "approx_kl"),
        x="step", registry=TUNED_CLAIMS)
 def verdict_L(P, base, m):
     w = {a: widths(P, a) for a in L_ORDER}

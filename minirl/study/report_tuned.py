@@ -25,7 +25,10 @@ from .tune import busy_seconds
 
 # The commit that registered the claims, points, metrics, families and rules before any of the study's runs.
 REGISTERED = "commit 5c275e7 (studies/claims-tuned/REGISTRATION.md)"
-DEVIATIONS = "none: the claims, points, metrics, seeds, families and verdict rules are as registered"
+DEVIATIONS = ("the claims, points, metrics, seeds, families and verdict rules are as registered. One edit to "
+              "claims_tuned.py after registration, during the runs: claim L's list of training curves named a "
+              "metric that does not exist (kl_old, now approx_kl); L's figure is the accuracy-by-learning-rate plot, "
+              "so no number or verdict depends on it")
 OLD_H4 = Path(__file__).resolve().parents[2] / "studies" / "claims-worked" / "results" / "H4.json"
 
 # The article's findings and how the registered verdicts decide them (REGISTRATION.md's last table).
