@@ -138,3 +138,14 @@ def test_readme_holds_the_study_table_of_the_committed_results():
     results = [json.loads((ROOT / "studies" / "claims-worked" / "results" / f"{name}.json").read_text(encoding="utf-8"))
                for name in CLAIMS]
     assert summary_table(results) in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_holds_the_tuned_study_table_of_the_committed_results():
+    """README's table of the tuning study is `summary_table` of studies/claims-tuned/results, row for row."""
+    from minirl.study.claims_tuned import REGISTERED_ORDER
+    from minirl.study.report import summary_table
+
+    results = [json.loads((ROOT / "studies" / "claims-tuned" / "results" / f"{name}.json").read_text(encoding="utf-8"))
+               for name in REGISTERED_ORDER]
+    assert all(r["verdict"] != "not run" for r in results)
+    assert summary_table(results) in (ROOT / "README.md").read_text(encoding="utf-8")
