@@ -25,7 +25,7 @@ import statistics
 
 from ..config import tuned_lr
 from .claims import ARMS, CLAIMS, claim, mean, pct, rule_verdict, show, test
-from .points import Claim, Point
+from .points import TUNED_NAMES, Claim, Point
 
 TUNED_CLAIMS: dict[str, Claim] = {}
 SEEDS = 6  # every point: seeds 20-25 (the pilot's sds size it: REGISTRATION.md)
@@ -37,7 +37,7 @@ TASK = "worked"
 
 
 def _tuned(preset: str) -> float:
-    return tuned_lr({"dapo-noDS": "dapo_nods"}.get(preset, preset), TASK)
+    return tuned_lr(TUNED_NAMES.get(preset, preset), TASK)
 
 
 def _at(point: Point, label: str, series: str, x) -> Point:

@@ -163,9 +163,10 @@ def run_study(claims: list[str], scale: Scale, seeds: int, out: Path, device: st
     """Run every job of `claims` that has not finished yet; return the seconds spent. jobs=1: one at a time with
     the process's threads; jobs > 1: that many side by side with one torch thread each (on a 2-core CPU two
     one-thread runs finish sooner than the same two one after the other with two threads; BENCHMARKS.md)."""
-    todo = [(point, seed) for point, seed in plan(claims, scale, seeds, registry)
+    planned = plan(claims, scale, seeds, registry)
+    todo = [(point, seed) for point, seed in planned
             if not (run_folder(point, scale, seed, Path(out) / "runs") / STUDY_FILE).is_file()]
-    total = len(plan(claims, scale, seeds, registry))
+    total = len(planned)
     t0 = time.perf_counter()
     print(f"study: {total} runs for {', '.join(claims)} ({seeds} seeds, scale {scale.name}), {len(todo)} to train",
           flush=True)
