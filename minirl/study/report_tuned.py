@@ -109,7 +109,27 @@ def _findings(judged: dict) -> list[str]:
         old = json.loads(OLD_H4.read_text())
         lines += ["", f"**The first study's H4** (every algorithm at lr 1e-4, 5 seeds): *{old['verdict']}*. At tuned "
                   f"learning rates (R, the same rule): *{judged['R'][0]}*. {judged['R'][1]}."]
-    return lines + [""]
+    return lines + ["", *READING, ""]
+
+
+# what the verdicts can and cannot say, whatever the numbers (the numbers themselves are in the table)
+READING = [
+    "**Reading these verdicts.**",
+    "- *Undecided* is not *no effect*. A test that is not clear rules out, roughly, a true difference as large as its "
+    "MDE column; an MDE larger than any plausible effect means the study could not tell.",
+    "- The scale is small: a 1-million-parameter policy that writes its arithmetic step by step, 100 steps per run, "
+    "3-number Countdown with numbers 1-12. The article trained a 1.5B model; a verdict here says what holds for this "
+    "policy and budget, and is evidence about the article's setting only where the mechanism does not depend on size.",
+    "- The first study's H4 and R differ in two things: the learning rates (one for all, against each algorithm's "
+    "tuned one) and the policy (`tiny-steps` with 64-token answers, against `tiny-worked` with 80). R cannot say "
+    "which of the two changed the order.",
+    "- C compares clips at the tuned learning rates, where the ratio rarely leaves [1 - eps, 1 + eps] (C's clipped-token "
+    "fractions below). It says what clipping does where one would train, not what it does at the high learning rates "
+    "where the article saw collapse.",
+    "- L's band is measured in learning rate. GRPO makes one optimizer step per rollout, PPO and DAPO four, so the "
+    "same learning rate is a different amount of change per rollout; a band ordering is a statement about the "
+    "preset as shipped, not about the loss alone.",
+]
 
 
 def write_tuned_report(out: Path, claims: list[str], scale: Scale, seeds: int = SEEDS) -> str:
