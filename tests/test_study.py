@@ -203,6 +203,18 @@ def test_report_never_erases_results_made_by_another_code_version(tmp_path, monk
     assert (out / "STUDY.md").read_text() == before
 
 
+def test_report_only_never_erases_a_report_whose_runs_are_not_here(tmp_path):
+    # studies/claims-worked commits STUDY.md and results/ but not its 45 run folders
+    out = tmp_path / "study"
+    (out / "results").mkdir(parents=True)
+    (out / "STUDY.md").write_text("the committed report\n")
+    (out / "results" / "H9.json").write_text('{"verdict": "inconclusive"}\n')
+    with pytest.raises(SystemExit, match="holds no finished run"):
+        study.main(["--only", "H9", "--seeds", "1", "--smoke", "--out", str(out), "--report-only"])
+    assert (out / "STUDY.md").read_text() == "the committed report\n"
+    assert json.loads((out / "results" / "H9.json").read_text()) == {"verdict": "inconclusive"}
+
+
 def test_pilot_on_the_worked_task_pairs_arms_seed_by_seed(tmp_path, monkeypatch):
     from minirl.study import pilot
 

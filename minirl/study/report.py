@@ -1,6 +1,6 @@
 """The study's report: per-claim results JSON (per-seed values and paired tests), figures and STUDY.md.
 
-    python -m minirl study --report-only --out studies/claims-worked
+    python -m minirl study --report-only --out my_study    # from the run folders in my_study/runs
 
 The numbers of each run come from its metrics and its study.json; each claim's tests and verdict rule are in
 claims.py, the paired t-test and the MDE in power.py.
@@ -153,14 +153,20 @@ def draw_differences(claim: Claim, tests: list[dict], file: Path) -> None:
     plt.close(fig)
 
 
-def _round(v):
+def round_json(v):
     # 8 digits: README and lesson 08 print from these files, STUDY.md from the unrounded values; both must agree
     return None if v is None or not math.isfinite(v) else round(v, 8)
 
 
-def _jsonable(points: dict, seeds: list[int]) -> list[dict]:
+def test_json(test: dict) -> dict:
+    """A paired test with its floats rounded (the per-seed differences `d` too)."""
+    return {k: [round_json(x) for x in v] if k == "d" else round_json(v) if isinstance(v, float) else v
+            for k, v in test.items()}
+
+
+def points_json(points: dict, seeds: list[int]) -> list[dict]:
     return [{"label": p["label"], "series": p["series"], "x": p["x"], "seeds": seeds,
-             "per_seed": {k: [_round(v) for v in vs] for k, vs in p["numbers"].items()}} for p in points.values()]
+             "per_seed": {k: [round_json(v) for v in vs] for k, vs in p["numbers"].items()}} for p in points.values()]
 
 
 def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
@@ -173,7 +179,7 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
     records = {run.path: record for points in collected.values() for p in points.values()
                for run, record in zip(p["runs"], p["records"])}
     if not records:
-        _refuse_to_erase(out)
+        refuse_to_erase(out)
     base = base_numbers(out, scale, seeds)
     (out / "results").mkdir(parents=True, exist_ok=True)
     rows, sections = [], []
@@ -187,10 +193,9 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
         result = {"claim": name, "title": claim.title, "expectation": claim.expectation, "verdict": verdict,
                   "rule": rule, "measured": measured, "seeds": list(scale.seeds(seeds)), "scale": scale.name,
                   "count_tests_table": m, "command": command,
-                  "tests": [{k: ([_round(x) for x in v] if k == "d" else _round(v) if isinstance(v, float) else v)
-                             for k, v in t.items()} for t in tests],
-                  "base": {k: [_round(v) for v in vs] for k, vs in base.items() if isinstance(vs[0], float)},
-                  "points": _jsonable(points, list(scale.seeds(seeds)))}
+                  "tests": [test_json(t) for t in tests],
+                  "base": {k: [round_json(v) for v in vs] for k, vs in base.items() if isinstance(vs[0], float)},
+                  "points": points_json(points, list(scale.seeds(seeds)))}
         _write_atomic(out / "results" / f"{name}.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
         if complete:
             draw(claim, points, out / "figures" / f"{name}.png")
@@ -203,7 +208,7 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
                 "yes" if t["sign"] else "no"]
             rows.append(f"| {head} | {rule if i == 0 else ''} | " + " | ".join(cells)
                         + f" | {'**' + verdict + '**' if i == 0 else ''} |")
-        sections.append(_section(claim, points, verdict, rule, measured, command, complete))
+        sections.append(claim_section(claim, points, verdict, rule, measured, command, complete))
     records = list(records.values())
     md = "\n".join(_intro(base, scale, seeds, records, m) + rows + [""] + sections) + _caveats(records, scale, seeds)
     _write_atomic(out / "STUDY.md", md)
@@ -231,14 +236,20 @@ def _flags(scale: Scale) -> str:
     return task + (" --smoke" if "smoke" in scale.name else "")
 
 
-def _refuse_to_erase(out: Path) -> None:
-    """No run of this code version exists: do not overwrite a report made from runs of another version."""
+def refuse_to_erase(out: Path) -> None:
+    """No run of this code version exists: do not overwrite a report made from other runs (another code version's,
+    or runs that are not in this checkout) with an empty one."""
     versions = sorted({json.loads(f.read_text(encoding="utf-8")).get("code_version", "?")
                        for f in (out / "runs").glob(f"*/{STUDY_FILE}")})
     if versions:
         raise SystemExit(f"error: {out / 'runs'} holds finished runs of minirl {', '.join(versions)} but none of this "
                          f"code version ({code_version()}): run folders are named by run_key, which includes the code "
                          "version. Run the study again (without --report-only), or use that version of minirl.")
+    if (out / "STUDY.md").is_file() or any((out / "results").glob("*.json")):
+        raise SystemExit(f"error: {out / 'runs'} holds no finished run, but {out} has a report: it was made from runs "
+                         "that are not in this folder (a registered study may commit its results without its run "
+                         "folders), and rewriting it now would replace every verdict with 'not run'. Run the study "
+                         "(without --report-only) to make the runs, or point --out at a folder that has them.")
 
 
 def _cell(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
@@ -249,7 +260,7 @@ def _cell(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
     return f"{scale * statistics.fmean(vals):.{digits}f}{sd}"
 
 
-def _section(claim, points, verdict, rule, measured, command, complete) -> str:
+def claim_section(claim, points, verdict, rule, measured, command, complete) -> str:
     lines = [f"## {claim.name} · {claim.title}", "", f"**Expectation (the paper):** {claim.expectation}.", "",
              f"**Verdict: {verdict}.** Registered rule: {rule}. `{command}`{_cost(points)}", ""]
     if complete:
@@ -275,7 +286,7 @@ def _cost(points: dict) -> str:
     return f" (from scratch: {sum(seconds) / 60:.1f} min of training and evaluation)" if seconds else ""
 
 
-def _recorded(records: list[dict], key: str) -> str:
+def recorded(records: list[dict], key: str) -> str:
     """The distinct values the runs recorded for `key` (machine, torch, threads, code_version), with counts."""
     values = [str(r.get(key, "?")) for r in records]
     return ", ".join(f"{v} ({values.count(v)} runs)" if len(set(values)) > 1 else v for v in sorted(set(values)))
@@ -308,8 +319,8 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict], m: int) ->
         f"alone would need {t_quantile(0.975, max(1, seeds - 1)):.2f} × se). The MDE is the true difference such "
         "a test finds with 80 % probability, from the seeds' own sd: (t_bar + t_0.8) × se.",
         f"- Runs: {len(records)} distinct runs (claims share runs), {minutes:.1f} minutes of training and final "
-        f"evaluation in all; machine {_recorded(records, 'machine')}, torch {_recorded(records, 'torch')}, "
-        f"{_recorded(records, 'threads')} torch thread(s), minirl {_recorded(records, 'code_version')}. Timings are "
+        f"evaluation in all; machine {recorded(records, 'machine')}, torch {recorded(records, 'torch')}, "
+        f"{recorded(records, 'threads')} torch thread(s), minirl {recorded(records, 'code_version')}. Timings are "
         "single measurements and noisy.",
         f"- Base policy (mean over the seeds' evaluation draws): held-out pass@1 {mean('heldout/sampled'):.1f} %, "
         f"greedy {mean('heldout/greedy'):.1f} %; 4-number {mean('transfer4/sampled'):.1f} %"

@@ -19,8 +19,8 @@ from ..runs import _write_atomic
 from .claims_tuned import (BAND_MARGIN, FAMILIES, GRID, L_ORDER, REGISTERED_ORDER, SEEDS, TUNED_CLAIMS, judge,
                            widths)
 from .points import Scale
-from .report import (_jsonable, _recorded, _refuse_to_erase, _round, _section, base_numbers, collect, draw,
-                     draw_differences)
+from .report import (base_numbers, claim_section, collect, draw, draw_differences, points_json, recorded,
+                     refuse_to_erase, round_json, test_json)
 from .tune import busy_seconds
 
 # The commit that registered the claims, points, metrics, families and rules before any of the study's runs.
@@ -140,7 +140,7 @@ def write_tuned_report(out: Path, claims: list[str], scale: Scale, seeds: int = 
     records = list({run.path: record for pts in collected.values() for p in pts.values()
                     for run, record in zip(p["runs"], p["records"])}.values())
     if not records:
-        _refuse_to_erase(out)
+        refuse_to_erase(out)
     base = base_numbers(out, scale, seeds)
     done = {name: min(len(p["runs"]) for p in pts.values()) for name, pts in collected.items()}
     families_done = [f for f, names in FAMILIES.items() if all(done[n] == seeds for n in names)]
@@ -161,13 +161,11 @@ def write_tuned_report(out: Path, claims: list[str], scale: Scale, seeds: int = 
         result = {"claim": name, "title": claim.title, "expectation": claim.expectation, "verdict": verdict,
                   "rule": rule, "measured": measured, "seeds": list(scale.seeds(seeds)), "scale": scale.name,
                   "family": next(f for f, names in FAMILIES.items() if name in names), "command": command,
-                  "tests": [{k: ([_round(x) for x in v] if k == "d" else _round(v) if isinstance(v, float) else v)
-                             for k, v in t.items()} | {"predicted_mde": [_round(mine[i]["mde_best"]),
-                                                                         _round(mine[i]["mde_holm_worst"])]
-                                                       if i < len(mine) else None}
-                            for i, t in enumerate(tests)],
-                  "base": {k: [_round(v) for v in vs] for k, vs in base.items() if isinstance(vs[0], float)},
-                  "points": _jsonable(points, list(scale.seeds(seeds)))}
+                  "tests": [test_json(t) | {"predicted_mde": [round_json(mine[i]["mde_best"]),
+                                                              round_json(mine[i]["mde_holm_worst"])]
+                                            if i < len(mine) else None} for i, t in enumerate(tests)],
+                  "base": {k: [round_json(v) for v in vs] for k, vs in base.items() if isinstance(vs[0], float)},
+                  "points": points_json(points, list(scale.seeds(seeds)))}
         _write_atomic(out / "results" / f"{name}.json", json.dumps(result, indent=1, allow_nan=False) + "\n")
         if tests:
             if name == "L":
@@ -179,7 +177,7 @@ def write_tuned_report(out: Path, claims: list[str], scale: Scale, seeds: int = 
             rows.append(_row(claim, t, mine[i] if i < len(mine) else None, verdict, i == 0))
         if not tests:
             rows.append(f"| {name} {claim.title} | | | | | | | {verdict} |")
-        section = _section(claim, points, verdict, rule, measured, command, bool(tests))
+        section = claim_section(claim, points, verdict, rule, measured, command, bool(tests))
         sections.append(section.replace("**Expectation (the paper):**", "**Expectation (the article):**"))
     md = "\n".join(_intro(base, scale, seeds, records) + rows + [""] + (_findings(judged) if judged else [])
                    + sections)
@@ -219,8 +217,8 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict]) -> list[st
         "summed over runs, "
         + (f"{busy / 60:.1f} minutes of wall clock in which at least one run was going (two side by side, one "
            "torch thread each; summed over sittings, breaks left out)" if busy else "wall clock not recorded")
-        + f"; machine {_recorded(records, 'machine')}, torch {_recorded(records, 'torch')}, "
-        f"{_recorded(records, 'threads')} torch thread(s), minirl {_recorded(records, 'code_version')}. Timings "
+        + f"; machine {recorded(records, 'machine')}, torch {recorded(records, 'torch')}, "
+        f"{recorded(records, 'threads')} torch thread(s), minirl {recorded(records, 'code_version')}. Timings "
         "are single measurements and noisy.", "",
         "| claim | test: metric | paired difference ± SE | clear beyond | predicted MDE | MDE | clear | verdict |",
         "|---|---|---|---|---|---|---|---|",
