@@ -114,7 +114,7 @@ def test_tuned_study_smoke_runs_resumes_judges_and_reports(tmp_path, monkeypatch
         assert result["verdict"] != "not run" and len(result["tests"]) == TUNED_CLAIMS[name].tests
         assert f"| {name} {TUNED_CLAIMS[name].title} |" in md and (out / "figures" / f"{name}_paired.png").is_file()
     assert "GRPO: no effect by construction" in json.loads((out / "results" / "C.json").read_text())["verdict"]
-    assert "## The article's findings at this scale" in md and "Holm" in md
+    assert "## The article's findings at this scale" in md and "Holm" in md and "## Reading these verdicts" in md
     l_result = json.loads((out / "results" / "L.json").read_text())
     per_seed = {p["label"]: p["per_seed"]["sampled"] for p in l_result["points"]}
     ppo = [band_width([per_seed[f"ppo lr={lr:g}"][i] for lr in GRID]) for i in range(2)]

@@ -210,7 +210,7 @@ def write_report(out: Path, claims: list[str], scale: Scale, seeds: int) -> str:
                         + f" | {'**' + verdict + '**' if i == 0 else ''} |")
         sections.append(claim_section(claim, points, verdict, rule, measured, command, complete))
     records = list(records.values())
-    md = "\n".join(_intro(base, scale, seeds, records, m) + rows + [""] + sections) + _caveats(records, scale, seeds)
+    md = "\n".join(_intro(base, scale, seeds, records, m) + rows + [""] + sections) + caveats(records, scale, seeds)
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/ for {', '.join(claims)}")
     return md
@@ -331,7 +331,7 @@ def _intro(base: dict, scale: Scale, seeds: int, records: list[dict], m: int) ->
     ]
 
 
-def _caveats(records: list[dict], scale: Scale, seeds: int) -> str:
+def caveats(records: list[dict], scale: Scale, seeds: int) -> str:
     """What limits every verdict above, with the numbers that show it."""
     if not records:
         return ""

@@ -19,8 +19,8 @@ from ..runs import _write_atomic
 from .claims_tuned import (BAND_MARGIN, FAMILIES, GRID, L_ORDER, REGISTERED_ORDER, SEEDS, TUNED_CLAIMS, judge,
                            widths)
 from .points import Scale
-from .report import (base_numbers, claim_section, collect, draw, draw_differences, points_json, recorded,
-                     refuse_to_erase, round_json, test_json)
+from .report import (base_numbers, caveats, claim_section, collect, draw, draw_differences, points_json,
+                     recorded, refuse_to_erase, round_json, test_json)
 from .tune import busy_seconds
 
 # The commit that registered the claims, points, metrics, families and rules before any of the study's runs.
@@ -109,17 +109,13 @@ def _findings(judged: dict) -> list[str]:
         old = json.loads(OLD_H4.read_text())
         lines += ["", f"**The first study's H4** (every algorithm at lr 1e-4, 5 seeds): *{old['verdict']}*. At tuned "
                   f"learning rates (R, the same rule): *{judged['R'][0]}*. {judged['R'][1]}."]
-    return lines + ["", *READING, ""]
+    return lines + ["", *LEFT_OPEN, ""]
 
 
-# what the verdicts can and cannot say, whatever the numbers (the numbers themselves are in the table)
-READING = [
-    "**Reading these verdicts.**",
-    "- *Undecided* is not *no effect*. A test that is not clear rules out, roughly, a true difference as large as its "
-    "MDE column; an MDE larger than any plausible effect means the study could not tell.",
-    "- The scale is small: a 1-million-parameter policy that writes its arithmetic step by step, 100 steps per run, "
-    "3-number Countdown with numbers 1-12. The article trained a 1.5B model; a verdict here says what holds for this "
-    "policy and budget, and is evidence about the article's setting only where the mechanism does not depend on size.",
+# what this study's comparisons leave open, whatever the numbers (report.caveats adds the scale, the seeds, the
+# cost and the runs that stopped early, as in the first study's report)
+LEFT_OPEN = [
+    "**What the comparisons leave open.**",
     "- The first study's H4 and R differ in two things: the learning rates (one for all, against each algorithm's "
     "tuned one) and the policy (`tiny-steps` with 64-token answers, against `tiny-worked` with 80). R cannot say "
     "which of the two changed the order.",
@@ -180,7 +176,7 @@ def write_tuned_report(out: Path, claims: list[str], scale: Scale, seeds: int = 
         section = claim_section(claim, points, verdict, rule, measured, command, bool(tests))
         sections.append(section.replace("**Expectation (the paper):**", "**Expectation (the article):**"))
     md = "\n".join(_intro(base, scale, seeds, records) + rows + [""] + (_findings(judged) if judged else [])
-                   + sections)
+                   + sections) + caveats(records, scale, seeds)
     _write_atomic(out / "STUDY.md", md)
     print(f"wrote {out / 'STUDY.md'}, results/ and figures/")
     return md
